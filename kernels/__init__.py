@@ -1,0 +1,18 @@
+"""The course's toolkit, next to the CUDA sources it builds.
+
+- ``load``: build a kernel version from its ``.cu`` file (kernels/load.py)
+- ``check``: compare an op with PyTorch in float64 over awkward cases (kernels/check.py)
+- ``bench``: CUDA-event timing and effective bandwidth (kernels/bench.py)
+- ``results``: benchmark rows as CSV under book/results/ (kernels/results.py)
+- ``plot_throughput``: GB/s against size with the bandwidth limit (kernels/plot.py)
+- ``losses``: the four losses' references, inputs and byte counts (kernels/losses.py)
+"""
+
+from . import bench, results
+from .check import CheckFailed, check
+from .load import Kernel, KernelBuildError, load
+from .losses import LOSSES, get_loss
+from .plot import plot_throughput
+
+__all__ = ["CheckFailed", "Kernel", "KernelBuildError", "LOSSES", "bench", "check", "get_loss",
+           "load", "plot_throughput", "results"]

@@ -1,0 +1,157 @@
+"""Time GPU ops with CUDA events and turn times into effective bandwidth.
+
+The method (book/timing.md explains each step): warm up first; time every call with a pair of
+CUDA events and take the median; when the inputs fit in L2, rotate among enough copies that
+each call reads from DRAM; count only the bytes the loss must read (``Loss.min_bytes``); and
+compare with the GPU's read bandwidth measured in the same process (:func:`read_bandwidth`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from .losses import get_loss
+
+# Problem sizes of the throughput plots: 2^12 to 2^30 elements.
+SIZES = tuple(1 << k for k in range(12, 31, 2))
+
+
+def gbps(nbytes: int, ms: float) -> float:
+    """Effective bandwidth in GB/s (10^9 bytes per second)."""
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def rotation_count(bytes_per_call: int, l2_bytes: int, free_bytes: int, limit: int = 64) -> int:
+    """How many copies of the inputs to rotate through so that L2 cannot hold them.
+
+    Three times L2 of distinct data between two reads of the same buffer; at least 1, at most
+    ``limit``, and never more than a quarter of the free memory.
+    """
+    wanted = -(-3 * l2_bytes // max(bytes_per_call, 1))
+    affordable = max(free_bytes // 4 // max(bytes_per_call, 1), 1)
+    return int(max(1, min(wanted, limit, affordable)))
+
+
+def time_ms(fn, arg_sets, warmup: int = 10, reps: int = 100) -> float:
+    """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``.
+
+    Before each timed call a buffer twice the size of L2 is cleared (as ``triton.testing.do_bench``
+    does): that evicts the inputs from L2, and it keeps the GPU busy while Python launches the
+    call, so the events measure the GPU's work rather than the host's launch overhead.
+    """
+    import torch
+
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    flush = torch.empty(max(2 * l2, 1 << 26), dtype=torch.int8, device="cuda")
+    for i in range(warmup):
+        fn(*arg_sets[i % len(arg_sets)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize()
+    for i in range(reps):
+        args = arg_sets[i % len(arg_sets)]
+        flush.zero_()
+        starts[i].record()
+        fn(*args)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def launch_overhead_ms(fn, args, reps: int = 200) -> float:
+    """Median wall time of one call including the host's launch cost (what a Python loop sees)."""
+    import torch
+
+    for _ in range(10):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn(*args)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def read_bandwidth(nbytes: int = 1 << 32) -> float:
+    """The GPU's read bandwidth in GB/s: ``torch.sum`` over a float32 tensor of ``nbytes``.
+
+    4 GiB by default, less when the GPU has little free memory.
+    """
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    nbytes = min(nbytes, free // 2) // 4 * 4
+    x = torch.rand(nbytes // 4, device="cuda")
+    ms = time_ms(torch.sum, [(x,)], warmup=5, reps=30)
+    del x
+    return gbps(nbytes, ms)
+
+
+def copy_bandwidth(nbytes: int = 1 << 32) -> float:
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    nbytes = min(nbytes, free // 3) // 4 * 4
+    src = torch.rand(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(dst.copy_, [(src,)], warmup=5, reps=30)
+    del src, dst
+    return gbps(2 * nbytes, ms)
+
+
+@dataclass
+class Measurement:
+    loss: str
+    provider: str
+    shape: tuple
+    bytes: int
+    ms: float
+
+    @property
+    def gbps(self) -> float:
+        return gbps(self.bytes, self.ms)
+
+
+def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int = 100,
+               seed: int = 0) -> list[Measurement]:
+    """Time every provider (name -> callable) on the same inputs of one shape."""
+    import torch
+
+    loss = get_loss(loss_name)
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    first = loss.make_inputs(shape, generator, "cuda", dtype)
+    element_size = first[0].element_size()
+    nbytes = loss.min_bytes(shape, element_size)
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    free, _ = torch.cuda.mem_get_info()
+    copies = rotation_count(nbytes, properties.L2_cache_size, free)
+    arg_sets = [first] + [loss.make_inputs(shape, generator, "cuda", dtype)
+                          for _ in range(copies - 1)]
+    results = []
+    for name, fn in providers.items():
+        ms = time_ms(fn, arg_sets, reps=reps)
+        results.append(Measurement(loss_name, name, tuple(shape), nbytes, ms))
+    del arg_sets, first
+    torch.cuda.empty_cache()
+    return results
+
+
+def sweep(providers: dict, loss_name: str, shapes, **kwargs) -> list[Measurement]:
+    """:func:`bench_loss` over several shapes (the throughput-against-size plots)."""
+    results = []
+    for shape in shapes:
+        results += bench_loss(providers, loss_name, shape, **kwargs)
+    return results
+
+
+def element_wise_shape(n: int, loss_name: str) -> tuple:
+    """The benchmark shape for n elements: 1-D, or square-ish 2-D for Hinge's broadcast."""
+    if loss_name == "hinge":
+        cols = 1 << ((n.bit_length() - 1) // 2)
+        return (n // cols, cols)
+    return (n,)

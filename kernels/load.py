@@ -1,0 +1,259 @@
+"""Build a kernel version from its single ``.cu`` file with ``load_inline``.
+
+``load("ch4_two_pass/v2_deterministic_tiles.cu")`` compiles the file together with the binding
+its launchers need (``kernels/bindings``), registers one PyTorch op per launcher it defines
+(``extern "C" cudaError_t mse_launch(const ReductionArgs*, ...)`` becomes ``.mse``), and returns
+a :class:`Kernel` whose attributes are those ops.
+
+Why it is fast: the ``.cu`` files include only CUDA headers and the binding includes only the
+few ATen headers it uses (no ``torch/extension.h``, no pybind11), and ops are registered with
+``TORCH_LIBRARY``: a cold build takes seconds, not a minute. Builds are cached on disk under a
+name made from a hash of every source that goes in, so editing a kernel never reuses a stale
+build and two versions never overwrite each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KERNELS_DIR = Path(__file__).resolve().parent
+COMMON_DIR = KERNELS_DIR / "common"
+BINDINGS_DIR = KERNELS_DIR / "bindings"
+
+# Each launcher's argument struct names its binding and its op's schema.
+BINDINGS = {
+    "ReductionArgs": ("reduction.cpp", "reduction_op", "REDUCTION_SCHEMA"),
+    "CrossEntropyArgs": ("cross_entropy.cpp", "cross_entropy_op", "CROSS_ENTROPY_SCHEMA"),
+}
+LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')
+
+# Architectures compiled for when no GPU is present: Colab's T4 (sm_75) and Hopper (sm_90).
+DEFAULT_OFFLINE_ARCHS = ("7.5", "9.0")
+
+
+class KernelBuildError(RuntimeError):
+    """The compiler rejected a kernel file; the message keeps only the compiler's diagnostics."""
+
+
+@dataclass
+class Kernel:
+    """A built kernel version: one attribute per op, e.g. ``kernel.mse(pred, target)``."""
+
+    source: str  # path relative to kernels/
+    name: str  # the unique build and library name
+    ops: dict = field(default_factory=dict)
+    build_seconds: float = 0.0
+    cached: bool = False
+
+    def __getattr__(self, op):
+        ops = self.__dict__.get("ops", {})
+        if op in ops:
+            return ops[op]
+        raise AttributeError(f"{self.source} defines no op {op!r}; it has {sorted(ops)}")
+
+    def __repr__(self):
+        how = "cached" if self.cached else f"built in {self.build_seconds:.1f} s"
+        return f"<Kernel {self.source}: {', '.join(sorted(self.ops))} ({how})>"
+
+
+def source_path(source: str | os.PathLike) -> Path:
+    """Resolve a kernel file given relative to ``kernels/`` (or as any existing path)."""
+    path = Path(source)
+    if not path.is_absolute() and not path.exists():
+        path = KERNELS_DIR / path
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel file {source!r} (looked in {KERNELS_DIR})")
+    return path.resolve()
+
+
+def find_launchers(cuda_text: str) -> list[tuple[str, str]]:
+    """The (op name, argument struct) of every ``extern "C" cudaError_t <op>_launch`` defined."""
+    found = LAUNCHER.findall(cuda_text)
+    if not found:
+        raise ValueError('no launcher found: define extern "C" cudaError_t <op>_launch(const '
+                         'ReductionArgs* args, cudaStream_t stream) (or CrossEntropyArgs)')
+    unknown = {struct for _, struct in found} - set(BINDINGS)
+    if unknown:
+        raise ValueError(f"launchers take an unknown argument struct {sorted(unknown)}; "
+                         f"known: {sorted(BINDINGS)}")
+    if len({struct for _, struct in found}) > 1:
+        raise ValueError("all launchers of one kernel file must take the same argument struct")
+    return found
+
+
+def registration(library: str, launchers: list[tuple[str, str]]) -> str:
+    """The C++ that declares each launcher and registers it as ``torch.ops.<library>.<op>``."""
+    _, template, schema = BINDINGS[launchers[0][1]]
+    lines = [f'extern "C" cudaError_t {op}_launch(const {struct}*, cudaStream_t);'
+             for op, struct in launchers]
+    lines.append(f"TORCH_LIBRARY({library}, m) {{")
+    lines += [f'    m.def("{op}" {schema});' for op, _ in launchers]
+    lines.append("}")
+    lines.append(f"TORCH_LIBRARY_IMPL({library}, CUDA, m) {{")
+    lines += [f'    m.impl("{op}", &{template}<{op}_launch>);' for op, _ in launchers]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def target_archs(archs=None) -> tuple[str, ...]:
+    """The GPU architectures to compile for: given, else the GPU present, else an error."""
+    if archs:
+        return tuple(archs)
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return (f"{major}.{minor}",)
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env:
+        return tuple(env.replace(";", " ").split())
+    raise RuntimeError("no GPU found: pass archs=('7.5', '9.0') to compile without running, "
+                       "or set TORCH_CUDA_ARCH_LIST")
+
+
+def build_root() -> Path:
+    """Where builds are cached: $KERNELS_BUILD_DIR, else ~/.cache/loss-kernels/torch-<version>."""
+    import torch
+
+    root = os.environ.get("KERNELS_BUILD_DIR")
+    if root:
+        return Path(root)
+    return Path.home() / ".cache" / "loss-kernels" / f"torch-{torch.__version__}"
+
+
+def _sources_for(path: Path):
+    """Every file whose text goes into the build, in a fixed order (for the hash)."""
+    cuda_text = path.read_text()
+    launchers = find_launchers(cuda_text)
+    binding = BINDINGS_DIR / BINDINGS[launchers[0][1]][0]
+    headers = sorted(COMMON_DIR.glob("*.h*"))
+    return cuda_text, launchers, binding, headers
+
+
+def build_name(path: Path, archs) -> str:
+    """A library name unique to the sources, the architectures and the torch version."""
+    import torch
+
+    cuda_text, _, binding, headers = _sources_for(path)
+    digest = hashlib.sha256()
+    for text in [cuda_text, binding.read_text(), *(h.read_text() for h in headers),
+                 ",".join(archs), torch.__version__]:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    stem = re.sub(r"\W", "_", path.stem)[:40]
+    return f"{stem}_{digest.hexdigest()[:12]}"
+
+
+def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
+    """Keep the compiler's diagnostics and point them at the course's files, not the build copies."""
+    keep = []
+    for line in log.splitlines():
+        for build_file, shown in sources.items():
+            line = re.sub(r"\S*/" + re.escape(build_file), shown, line)
+        if re.search(r"\berror\b|\bwarning\b|^\s*\^|^\s{2,}\S", line) and "ninja" not in line:
+            keep.append(line)
+        elif re.search(r"\(\d+\): |:\d+:\d+: ", line):
+            keep.append(line)
+    return "\n".join(keep[:60]) or log[-4000:]
+
+
+@contextlib.contextmanager
+def _exclusive(directory: Path):
+    """Hold a lock on ``directory`` while building in it.
+
+    torch's own lock file outlives a build killed midway (a notebook interrupted during a build)
+    and every later build then waits on it forever. An flock dies with its process, so once we
+    hold ours, any torch lock file left there is stale and is removed.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".course-lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        (directory / "lock").unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _arch_list(archs):
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+
+
+_LOADED: dict[str, Kernel] = {}
+
+
+def _record_sources(path: Path, binding: Path, headers) -> None:
+    """Append the hashes of the sources just built to $KERNELS_SOURCES_LOG (set by tools/execute.py)."""
+    log = os.environ.get("KERNELS_SOURCES_LOG")
+    if not log:
+        return
+    with open(log, "a") as handle:
+        for file in [path, binding, *headers]:
+            rel = file.relative_to(KERNELS_DIR.parent).as_posix()
+            handle.write(json.dumps({rel: hashlib.sha256(file.read_bytes()).hexdigest()}) + "\n")
+
+
+def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel:
+    """Build (or fetch from the cache) one kernel file and return its ops.
+
+    ``archs`` are compute capabilities such as ``("7.5", "9.0")``; by default the GPU present.
+    Raises :class:`KernelBuildError` with the compiler's messages if the file does not compile.
+    """
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    path = source_path(source)
+    archs = target_archs(archs)
+    cuda_text, launchers, binding, headers = _sources_for(path)
+    name = build_name(path, archs)
+    shown = path.relative_to(KERNELS_DIR).as_posix()
+    _record_sources(path, binding, headers)
+    if name in _LOADED:
+        return _LOADED[name]
+
+    directory = build_root() / name
+    library = directory / f"{name}.so"
+    cached = library.exists()
+    started = time.perf_counter()
+    with _exclusive(directory), _arch_list(archs):
+        try:
+            load_inline(
+                name=name,
+                cpp_sources=[binding.read_text(), registration(name, launchers)],
+                cuda_sources=[cuda_text],
+                extra_include_paths=[str(COMMON_DIR)],
+                extra_cflags=["-O2"],
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                build_directory=str(directory),
+                is_python_module=False,
+                no_implicit_headers=True,
+                verbose=verbose,
+            )
+        except RuntimeError as error:
+            files = {"cuda.cu": f"kernels/{shown}", "main.cpp": f"kernels/bindings/{binding.name}"}
+            raise KernelBuildError(
+                f"{shown} did not compile:\n{readable_compiler_error(str(error), files)}"
+            ) from None
+    kernel = Kernel(source=shown, name=name, build_seconds=time.perf_counter() - started,
+                    cached=cached)
+    namespace = getattr(torch.ops, name)
+    kernel.ops = {op: getattr(namespace, op) for op, _ in launchers}
+    _LOADED[name] = kernel
+    return kernel

@@ -1,0 +1,128 @@
+"""The four losses as PyTorch defines them: references, inputs, and the bytes each must read.
+
+Everything else in the toolkit (check, bench, the notebooks) takes a loss by name from
+:data:`LOSSES`, so the reference and the byte count of a loss live in exactly one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+
+def mse(pred, target):
+    import torch
+
+    return torch.mean((pred - target) ** 2)
+
+
+def smooth_l1(pred, target):
+    import torch.nn.functional as F
+
+    return F.smooth_l1_loss(pred, target)  # beta = 1
+
+
+def hinge(pred, target):
+    import torch
+
+    return torch.mean(torch.clamp(1 - pred * target, min=0))
+
+
+def cross_entropy(logits, target, **kwargs):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits, target, **kwargs)
+
+
+def _element_wise_inputs(shape, generator, device="cuda", dtype=None):
+    import torch
+
+    pred = torch.randn(shape, generator=generator, device=device, dtype=dtype or torch.float32)
+    target = torch.randn(shape, generator=generator, device=device, dtype=dtype or torch.float32)
+    return pred, target
+
+
+def _hinge_inputs(shape, generator, device="cuda", dtype=None):
+    """Predictions of ``shape`` and labels in {-1, +1} of shape ``shape[-1:]``.
+
+    KernelBench gives predictions (N, N) and targets (N,): PyTorch broadcasts from the right, so
+    element [i, j] is paired with target[j]. Our kernels reproduce exactly that.
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    pred = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+    labels = torch.randint(0, 2, shape[-1:], generator=generator, device=device)
+    return pred, (labels * 2 - 1).to(dtype)
+
+
+def _cross_entropy_inputs(shape, generator, device="cuda", dtype=None):
+    import torch
+
+    rows, classes = shape
+    logits = torch.randn(shape, generator=generator, device=device, dtype=dtype or torch.float32)
+    target = torch.randint(0, classes, (rows,), generator=generator, device=device)
+    return logits, target
+
+
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    reference: Callable  # the PyTorch expression, also the float64 reference on upcast inputs
+    make_inputs: Callable  # (shape, torch.Generator, device, dtype) -> (input, target)
+    check_shapes: tuple  # the irregular shapes of the check suite, with a label each
+
+    def min_bytes(self, shape, element_size=4) -> int:
+        """The fewest bytes this loss must read from memory: each input once, nothing else."""
+        n = math.prod(shape)
+        if self.name in ("mse", "smooth_l1"):
+            return 2 * n * element_size
+        if self.name == "hinge":
+            return (n + shape[-1]) * element_size
+        if self.name == "cross_entropy":
+            return n * element_size + shape[0] * 8  # logits + int64 targets
+        raise ValueError(self.name)
+
+    def reference64(self, inputs, **kwargs):
+        """The loss in float64 (targets that are class indices stay int64)."""
+        import torch
+
+        upcast = [x.double() if x.is_floating_point() else x for x in inputs]
+        with torch.no_grad():
+            return self.reference(*upcast, **kwargs)
+
+
+_ELEMENT_WISE_SHAPES = (
+    ("1 element", (1,)),
+    ("below one block", (100,)),
+    ("not a multiple of the block", (100_003,)),
+    ("2-D, odd sizes", (257, 1_031)),
+    ("large, odd", ((1 << 22) + 7,)),
+)
+
+LOSSES = {
+    "mse": Loss("mse", mse, _element_wise_inputs, _ELEMENT_WISE_SHAPES),
+    "smooth_l1": Loss("smooth_l1", smooth_l1, _element_wise_inputs, _ELEMENT_WISE_SHAPES),
+    "hinge": Loss("hinge", hinge, _hinge_inputs, (
+        ("1 x 1", (1, 1)),
+        ("rows below one block", (3, 100)),
+        ("square, odd (KernelBench shape)", (1_031, 1_031)),
+        ("rows not a multiple of 4", (700, 1_001)),
+        ("large", (2_049, 2_048)),
+    )),
+    "cross_entropy": Loss("cross_entropy", cross_entropy, _cross_entropy_inputs, (
+        ("1 row, 1 class", (1, 1)),
+        ("few classes", (33, 10)),
+        ("odd classes", (129, 1_001)),
+        ("many rows", (4_097, 128)),
+        ("long rows", (7, 131_075)),
+    )),
+}
+
+
+def get_loss(name: str) -> Loss:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown loss {name!r}; choose from {sorted(LOSSES)}") from None

@@ -1,0 +1,39 @@
+"""Helpers for the chapters' notebooks: the setup cell, and showing a kernel's source."""
+
+from __future__ import annotations
+
+from .load import KERNELS_DIR, source_path
+
+# The first cell of every notebook (tests/test_notebooks.py checks it is exactly this, with the
+# repository URL of _config.yml). It makes `kernels` importable inside the repository and on
+# Colab, where it first clones the repository and installs ninja; elsewhere it changes nothing.
+SETUP_CELL = '''\
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "{repository}"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)'''
+
+
+def show_source(source, start: str | None = None, end: str | None = None):
+    """Display a kernel file (or the lines from the one containing ``start`` to ``end``), highlighted.
+
+    Notebooks never keep a copy of a kernel: they show the file they are about to build.
+    """
+    from IPython.display import Markdown
+
+    path = source_path(source)
+    lines = path.read_text().splitlines()
+    if start is not None:
+        first = next(i for i, line in enumerate(lines) if start in line)
+        last = next((i for i, line in enumerate(lines[first + 1:], first + 1)
+                     if end is not None and end in line), len(lines) - 1)
+        lines = lines[first:last + 1]
+    shown = path.relative_to(KERNELS_DIR.parent).as_posix()
+    language = "cuda" if path.suffix in (".cu", ".cuh") else "cpp"
+    return Markdown(f"`{shown}`\n\n```{language}\n" + "\n".join(lines) + "\n```")

@@ -1,0 +1,99 @@
+"""Benchmark results as data: one CSV per chapter under ``book/results/``.
+
+Every row is one measurement with the columns of :data:`COLUMNS`. Notebooks write these files
+when they measure and read them back to plot and tabulate, so the book's tables come from data,
+and tests and reviewers read the same files.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
+COLUMNS = ("gpu", "chapter", "loss", "provider", "shape", "bytes", "ms", "gbps", "peak_gbps")
+
+
+def shape_text(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def parse_shape(text: str) -> tuple:
+    return tuple(int(d) for d in text.split("x"))
+
+
+def rows_from(measurements, gpu: str, chapter: str, peak_gbps: float) -> list[dict]:
+    return [{"gpu": gpu, "chapter": chapter, "loss": m.loss, "provider": m.provider,
+             "shape": shape_text(m.shape), "bytes": m.bytes, "ms": f"{m.ms:.6g}",
+             "gbps": f"{m.gbps:.6g}", "peak_gbps": f"{peak_gbps:.6g}"} for m in measurements]
+
+
+def results_path(chapter: str) -> Path:
+    return RESULTS_DIR / f"{chapter}.csv"
+
+
+def save(rows: list[dict], chapter: str, path: Path | None = None) -> Path:
+    """Write a chapter's rows, replacing the file (a chapter is always measured in one run)."""
+    path = path or results_path(chapter)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def load(chapter: str, path: Path | None = None) -> list[dict]:
+    """Read a chapter's rows with numbers as numbers and shapes as tuples."""
+    with open(path or results_path(chapter), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["shape"] = parse_shape(row["shape"])
+        row["bytes"] = int(row["bytes"])
+        for key in ("ms", "gbps", "peak_gbps"):
+            row[key] = float(row[key])
+    return rows
+
+
+def select(rows, **where) -> list[dict]:
+    return [r for r in rows if all(r[k] == v for k, v in where.items())]
+
+
+def markdown_table(rows, providers, loss: str) -> str:
+    """A Markdown table: one line per size, GB/s and % of peak per provider."""
+    rows = select(rows, loss=loss)
+    shapes = sorted({r["shape"] for r in rows}, key=math.prod)
+    head = ["elements"] + [f"{p} GB/s (% peak)" for p in providers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for shape in shapes:
+        cells = [f"{math.prod(shape):,}"]
+        for provider in providers:
+            found = select(rows, shape=shape, provider=provider)
+            if found:
+                r = found[0]
+                cells.append(f"{r['gbps']:.0f} ({100 * r['gbps'] / r['peak_gbps']:.0f}%)")
+            else:
+                cells.append("–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def speedup_table(rows, providers, loss: str, shape, baseline: str) -> str:
+    """Step and cumulative speed-up of each provider at one shape (the reduction ladder table)."""
+    rows = select(rows, loss=loss, shape=tuple(shape))
+    by_provider = {r["provider"]: r for r in rows}
+    lines = ["| version | time (ms) | GB/s | % of peak | step speed-up | vs " + baseline + " |",
+             "|---|---|---|---|---|---|"]
+    previous = None
+    base = by_provider.get(baseline)
+    for provider in providers:
+        r = by_provider.get(provider)
+        if r is None:
+            continue
+        step = f"{previous['ms'] / r['ms']:.2f}x" if previous else "–"
+        versus = f"{base['ms'] / r['ms']:.2f}x" if base else "–"
+        lines.append(f"| {provider} | {r['ms']:.4g} | {r['gbps']:.0f} | "
+                     f"{100 * r['gbps'] / r['peak_gbps']:.0f}% | {step} | {versus} |")
+        previous = r
+    return "\n".join(lines)
