@@ -1,0 +1,51 @@
+"""Repository-wide pytest configuration: what runs without a GPU.
+
+The rule, for tests and notebooks alike:
+
+* a test marked ``@pytest.mark.gpu`` is skipped when ``torch.cuda.is_available()`` is
+  False ("needs a CUDA GPU (none found)");
+* under ``pytest --nbval``, a notebook code cell whose metadata tags include ``gpu`` is
+  skipped when there is no GPU ("GPU cell: no CUDA GPU found"). Every other cell runs
+  and its outputs are compared with the stored ones, so a cell that needs the result of
+  a ``gpu`` cell must be tagged ``gpu`` too. There is no notebook-level rule.
+
+torch is imported only if something asks whether a GPU is there.
+"""
+
+import functools
+
+import pytest
+
+GPU_TAG = "gpu"
+
+
+@functools.lru_cache(maxsize=None)
+def has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU")
+
+
+def _is_gpu_cell(item) -> bool:
+    # nbval's cell items (nbval.plugin.IPyNbCell) keep the notebook cell in `.cell`.
+    cell = getattr(item, "cell", None)
+    if cell is None or type(item).__name__ != "IPyNbCell":
+        return False
+    tags = cell.get("metadata", {}).get("tags", [])
+    return isinstance(tags, list) and GPU_TAG in tags
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_gpu_cell(item):
+            if not has_gpu():
+                item.add_marker(pytest.mark.skip(reason="GPU cell: no CUDA GPU found"))
+        elif item.get_closest_marker("gpu") is not None:
+            if not has_gpu():
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (none found)"))

@@ -1,0 +1,222 @@
+"""Build the book as `make book` does, then read every page in headless Chromium.
+
+The build runs once per session (`jupyter-book build . -W -n --keep-going --all`, in
+place into _build/html). The browser part serves _build/html on 127.0.0.1 and visits
+each page once, recording console errors, failed or off-site requests, images, links
+and whether MathJax rendered; the tests below assert on those records.
+
+Chromium is Debian's /usr/bin/chromium (CI installs it: .ci/run), driven by the
+playwright package with `executable_path`; `playwright install` is never needed.
+"""
+
+import functools
+import http.server
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = Path("/usr/bin/chromium")
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"].rstrip("/")
+BRANCH = CONFIG["repository"].get("branch", "main")
+
+# Fresh profile, nothing phones home: the book must work offline.
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def toc_notebooks():
+    """Notebook pages of the book (their _toc.yml path, no extension)."""
+    from test_config import toc_files
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [f for f in toc_files(toc) if (ROOT / f"{f}.ipynb").is_file()]
+
+
+@pytest.fixture(scope="module")
+def build():
+    jb = Path(sys.executable).parent / "jupyter-book"
+    cmd = [str(jb), "build", str(ROOT), "-W", "-n", "--keep-going", "--all"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return proc
+
+
+def test_book_builds_without_warnings(build):
+    output = build.stdout + build.stderr
+    assert build.returncode == 0, output[-5000:]
+    assert "WARNING" not in output, output[-5000:]
+    assert (HTML / "index.html").is_file()
+
+
+def test_math_is_served_by_the_book(build):
+    # MathJax ships with the book (sphinx-mathjax-offline): readers offline get math too.
+    assert (HTML / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+# ---- in the browser ---------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(build):
+    # With --keep-going the HTML exists even after warnings: check it all the same.
+    assert (HTML / "book" / "intro.html").is_file(), "the book did not build"
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("no /usr/bin/chromium (Debian package chromium; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        # playwright starts every launch with a fresh temporary profile (user data dir).
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def visit(browser, base, rel):
+    """Load one page and record what a reader's browser would see."""
+    page = browser.new_page()
+    page.set_default_timeout(30_000)
+    report = {"errors": [], "offsite": [], "failed": []}
+    page.on("console", lambda m: m.type == "error" and report["errors"].append(m.text))
+    page.on("pageerror", lambda e: report["errors"].append(f"uncaught: {e}"))
+    page.on("response", lambda r: r.status >= 400 and report["failed"].append(f"{r.status} {r.url}"))
+    page.on("requestfailed", lambda r: report["failed"].append(f"{r.failure} {r.url}"))
+
+    # Nothing may come from another host (readers may be offline; CI is).
+    page.on("request", lambda r: r.url.startswith((base, "data:", "blob:"))
+            or report["offsite"].append(r.url))
+    refresh = re.search(r'http-equiv="Refresh" content="0; url=([^"]+)"', (HTML / rel).read_text())
+    page.goto(f"{base}/{rel}", wait_until="load")
+    if refresh:
+        # jupyter-book's index.html only redirects: check where it lands, nothing else.
+        page.wait_for_url(urljoin(f"{base}/{rel}", refresh.group(1)))
+        report.update(math=0, math_errors=0, images=[], links=[])
+        page.close()
+        return report
+    if page.locator("script[src*='mathjax']").count():
+        # MathJax typesets asynchronously; its startup promise resolves when done.
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise")
+        page.evaluate("MathJax.startup.promise")
+    report["math"] = page.locator("mjx-container").count()
+    report["math_errors"] = page.locator("mjx-merror").count()
+    report["images"] = page.eval_on_selector_all(
+        "img", "els => els.map(e => [e.getAttribute('src'), e.complete ? e.naturalWidth : 0])")
+    report["links"] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+    page.close()
+    return report
+
+
+@pytest.fixture(scope="module")
+def pages(server, browser):
+    rels = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+                  if not p.relative_to(HTML).parts[0].startswith("_"))
+    assert "book/intro.html" in rels
+    return {rel: visit(browser, server, rel) for rel in rels}, server
+
+
+def test_pages_have_no_console_errors(pages):
+    reports, _ = pages
+    bad = {rel: r["errors"] + r["failed"] for rel, r in reports.items() if r["errors"] or r["failed"]}
+    assert not bad, bad
+
+
+def test_pages_load_nothing_from_other_hosts(pages):
+    reports, _ = pages
+    bad = {rel: r["offsite"] for rel, r in reports.items() if r["offsite"]}
+    assert not bad, bad
+
+
+def test_math_renders(pages):
+    reports, _ = pages
+    intro = reports["book/intro.html"]
+    assert intro["math"] > 0, "MathJax produced no mjx-container on the intro page"
+    bad = {rel: r["math_errors"] for rel, r in reports.items() if r["math_errors"]}
+    assert not bad, f"MathJax errors: {bad}"
+
+
+def test_images_load(pages):
+    reports, _ = pages
+    bad = {rel: [src for src, width in r["images"] if not width]
+           for rel, r in reports.items()}
+    bad = {rel: srcs for rel, srcs in bad.items() if srcs}
+    assert not bad, f"images that did not load: {bad}"
+
+
+def test_launch_and_repository_buttons(pages):
+    reports, _ = pages
+    owner_repo = urlsplit(REPO_URL).path.strip("/")
+    notebooks = toc_notebooks()
+    assert notebooks, "no notebook pages in _toc.yml"
+    for nb in notebooks:
+        links = reports[f"{nb}.html"]["links"]
+        colab = f"https://colab.research.google.com/github/{owner_repo}/blob/{BRANCH}/{nb}.ipynb"
+        assert colab in links, f"{nb}: no Colab button to {colab}"
+    for rel, r in reports.items():
+        if rel not in ("index.html", "genindex.html", "search.html"):  # index: a redirect
+            assert any(link.rstrip("/") == REPO_URL for link in r["links"]), \
+                f"{rel}: no repository button to {REPO_URL}"
+
+
+def _ids(path):
+    """The id and name attributes in one HTML file (anchors a link may target)."""
+    from html.parser import HTMLParser
+
+    class Ids(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.ids = set()
+
+        def handle_starttag(self, tag, attrs):
+            for key, value in attrs:
+                if key in ("id", "name") and value:
+                    self.ids.add(value)
+
+    parser = Ids()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return parser.ids
+
+
+def test_internal_links_resolve(pages):
+    reports, base = pages
+    ids = {}
+    broken = []
+    for rel, r in reports.items():
+        for link in r["links"]:
+            if not link.startswith(base + "/"):
+                continue
+            parts = urlsplit(link)
+            target = HTML / unquote(parts.path).lstrip("/")
+            if parts.path.endswith("/"):
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{rel} -> {link}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = _ids(target)
+                if unquote(parts.fragment) not in ids[target]:
+                    broken.append(f"{rel} -> {link} (no such anchor)")
+    assert not broken, "\n".join(sorted(set(broken)))

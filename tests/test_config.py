@@ -1,0 +1,86 @@
+"""Fast checks of the book configuration and the pins (no build, no browser)."""
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_yaml(name):
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def toc_files(toc):
+    """Every `file:` entry of a jb-book _toc.yml, the root first."""
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return files
+
+
+def test_config_parses_and_names_the_repository():
+    config = load_yaml("_config.yml")
+    assert config["title"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", config["repository"]["url"])
+    assert config["repository"]["branch"] == "main"
+    assert config["html"]["use_repository_button"] is True
+    assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def test_book_never_executes_notebooks():
+    # The book renders the outputs stored by a GPU run; the build machine has no GPU.
+    config = load_yaml("_config.yml")
+    assert config["execute"]["execute_notebooks"] == "off"
+
+
+def test_every_toc_entry_exists():
+    toc = load_yaml("_toc.yml")
+    assert toc["format"] == "jb-book"
+    missing = [f for f in toc_files(toc)
+               if not any((ROOT / f"{f}{ext}").is_file() for ext in (".md", ".ipynb"))]
+    assert not missing, f"_toc.yml lists files that do not exist: {missing}"
+
+
+def test_bibliography_file_exists():
+    config = load_yaml("_config.yml")
+    for bib in config["bibtex_bibfiles"]:
+        assert (ROOT / bib).is_file(), bib
+
+
+def requirement_lines():
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def test_jupyter_book_is_pinned_exactly():
+    # `jupyter-book<2` with a newer Sphinx resolves to 0.6.5; 2.x cannot build offline.
+    pins = [r for r in requirement_lines() if re.match(r"jupyter[-_]book\b", r, re.I)]
+    assert pins == ["jupyter-book==1.0.4.post1"]
+
+
+def test_everything_but_torch_is_pinned():
+    loose = [r for r in requirement_lines() if "==" not in r and not r.startswith("torch")]
+    assert not loose, f"unpinned requirements: {loose}"
+
+
+def test_ci_constraints_pin_torch():
+    constraints = (ROOT / ".ci" / "constraints.txt").read_text()
+    assert re.search(r"^torch==\d+\.\d+\.\d+$", constraints, re.M)
+
+
+def test_repository_url_is_written_once():
+    # Pages use {{ repository_url }}; the README names _config.yml instead of the URL.
+    url = load_yaml("_config.yml")["repository"]["url"]
+    texts = [ROOT / "README.md", *sorted((ROOT / "book").rglob("*.md"))]
+    repeated = [str(p.relative_to(ROOT)) for p in texts if url in p.read_text()]
+    assert not repeated, f"the repository URL is repeated in {repeated}; use {{{{ repository_url }}}}"
