@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Produce the book's GPU outputs and run the GPU tests, on a GPU machine with PyTorch, nvcc and
+# pytest but no Jupyter packages and no network (see course-design.md section 9).
+#
+#   tools/gpu_run.sh STAGE...    stages, in the order given:
+#     builds    time a cold and a cached build of every kernel (book/results/build_times.csv)
+#     execute   run every notebook in place, recording environment and kernel-source hashes
+#     nbval     pytest --nbval over chapters/ and solutions/ (timings are not compared, so it
+#               runs with fewer repetitions and writes its measurements to a scratch folder)
+#     tests     the GPU test suites (kernels, validator, sanitizers) and the reliability report
+#     targets   the benchmark scripts that print each target ratio
+#
+# Jupyter's packages come as wheels in .whl/ (../shared/tools/gpu-wheelhouse.sh .whl).
+# With $OUT set, everything produced is packed into $OUT/outputs.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
+notebooks=(chapters/*.ipynb solutions/*.ipynb)
+status=0
+for stage in "$@"; do
+  echo "=== $stage"
+  case $stage in
+    builds)  python3 bench/build_times.py --keep "$KERNELS_BUILD_DIR" || status=1 ;;
+    execute) python3 tools/execute.py "${notebooks[@]}" || status=1
+             python3 tools/status.py ;;
+    nbval)   KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
+             python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval --nbval-sanitize-with nbval_sanitize.cfg \
+               -o addopts="" chapters solutions || status=1 ;;
+    tests)   RELIABILITY_RESULTS=/tmp/reliability.jsonl python3 -m pytest -q -p no:cacheprovider \
+               -o addopts="" tests/gpu --timeout 900 || status=1
+             python3 tools/reliability_report.py /tmp/reliability.jsonl || status=1 ;;
+    targets) python3 bench/reduction_targets.py || status=1
+             python3 bench/cross_entropy_targets.py || status=1 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/outputs.tgz" chapters/*.ipynb solutions/*.ipynb book/results book/status.md \
+    $(ls book/reliability.md 2>/dev/null)
+fi
+exit $status

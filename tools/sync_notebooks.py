@@ -1,0 +1,74 @@
+"""Make each notebook's cells match its py:percent twin, keeping the stored outputs.
+
+    python tools/sync_notebooks.py            # chapters/*.py and solutions/*.py -> .ipynb
+    python tools/sync_notebooks.py --check    # exit 1 if a notebook differs from its twin
+
+The ``.py`` twin is what we edit and review (notebooks diff badly); the ``.ipynb`` is what
+Jupyter, Colab, nbval and the book read. Outputs of a cell survive a sync when its source is
+unchanged; a changed cell loses its outputs until the notebook is executed again on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DIRS = ("chapters", "solutions")
+
+
+def twins():
+    return sorted(p for d in DIRS for p in (ROOT / d).glob("*.py"))
+
+
+def cells_of(notebook):
+    return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", [])))
+            for c in notebook.cells]
+
+
+def synced(py: Path):
+    """The notebook the twin describes, with outputs carried over from the stored .ipynb."""
+    import jupytext
+    import nbformat
+
+    fresh = jupytext.read(py)
+    ipynb = py.with_suffix(".ipynb")
+    if ipynb.exists():
+        stored = nbformat.read(ipynb, as_version=4)
+        old = {(c.cell_type, c.source.strip()): c for c in stored.cells}
+        for cell in fresh.cells:
+            match = old.get((cell.cell_type, cell.source.strip()))
+            if match is not None and cell.cell_type == "code":
+                cell.outputs = match.outputs
+                cell.execution_count = match.execution_count
+        fresh.metadata.update({k: v for k, v in stored.metadata.items() if k == "course"})
+    fresh.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}
+    fresh.metadata.pop("jupytext", None)
+    return fresh
+
+
+def main() -> int:
+    import nbformat
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    stale = []
+    for py in twins():
+        notebook = synced(py)
+        ipynb = py.with_suffix(".ipynb")
+        if args.check:
+            if not ipynb.exists() or cells_of(nbformat.read(ipynb, as_version=4)) != cells_of(notebook):
+                stale.append(ipynb.relative_to(ROOT).as_posix())
+        else:
+            nbformat.write(notebook, ipynb)
+    if stale:
+        print("out of sync with their .py twins (run python tools/sync_notebooks.py):", *stale)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
