@@ -1,0 +1,96 @@
+"""Run every op of one kernel file on small, irregular inputs (for compute-sanitizer).
+
+    python3 tests/gpu/sanitize_driver.py kernels/ch4_two_pass/v2_deterministic_tiles.cu
+
+tests/gpu/test_sanitizer.py runs this under ``compute-sanitizer --tool memcheck|racecheck|
+synccheck|initcheck``. Inputs are made on the CPU and copied, so the only kernels that run are
+the file's own; PYTORCH_NO_CUDA_MEMORY_CACHING=1 (set by the test) makes every tensor its own
+cudaMalloc, so an access past the end of a tensor is outside an allocation, and memory never
+written before is seen as such by initcheck. Exits non-zero if an op raises.
+"""
+
+import sys
+
+import torch
+
+import gpu_support  # noqa: F401  (puts the repository on sys.path)
+from gpu_support import load_module, loss_of, ops_of
+
+SIZES = (1, 100, 4099, 65537)
+HINGE_SHAPES = ((1, 1), (4, 25), (17, 241), (257, 255), (64, 1024))  # last: 16-byte rows
+CE_SHAPES = ((1, 1), (3, 100), (17, 1001), (2, 4099), (1, 65537), (64, 1024))
+
+
+def cuda(x, offset=0):
+    """A copy of x on the GPU; with offset > 0, a view that starts offset elements in."""
+    if offset == 0:
+        return x.cuda()
+    base = torch.empty(x.numel() + offset, dtype=x.dtype)
+    base[offset:] = x.reshape(-1)
+    return base.cuda()[offset:].view(x.shape)
+
+
+def element_wise(fn, loss):
+    runs = 0
+    g = torch.Generator().manual_seed(0)
+    shapes = HINGE_SHAPES if loss == "hinge" else [(n,) for n in SIZES]
+    for shape in shapes:
+        pred = torch.randn(shape, generator=g)
+        if loss == "hinge":
+            target = (torch.randint(0, 2, shape[-1:], generator=g) * 2 - 1).float()
+        else:
+            target = torch.randn(shape, generator=g)
+        for p_off, t_off in ((0, 0), (1, 1), (1, 0)):  # aligned, both unaligned, one unaligned
+            fn(cuda(pred, p_off), cuda(target, t_off))
+            runs += 1
+    return runs
+
+
+def cross_entropy(kernel):
+    ops = kernel.ops
+    full = {"cross_entropy_backward", "cross_entropy_scale_grad"} <= set(ops)
+    dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64) if full else (torch.float32,)
+    runs = 0
+    g = torch.Generator().manual_seed(0)
+    for rows, classes in CE_SHAPES:
+        for dtype in dtypes:
+            logits = cuda(torch.randn(rows, classes, generator=g).to(dtype))
+            target_cpu = torch.randint(0, classes, (rows,), generator=g)
+            target_cpu[::3] = -100
+            target = cuda(target_cpu)
+            for reduction in (0, 1, 2):  # none, mean, sum
+                ops["cross_entropy"](logits, target, -100, reduction, 0.1 if full else 0.0, 0)
+                runs += 1
+            if full:
+                _, grad, _ = ops["cross_entropy"](logits, target, -100, 1, 0.0, 2)
+                ops["cross_entropy_scale_grad"](grad, cuda(torch.tensor(2.0).to(dtype)))
+                _, lse, _ = ops["cross_entropy"](logits, target, -100, 0, 0.0, 1)
+                grad_output = cuda(torch.rand(rows, generator=g).to(dtype))
+                ops["cross_entropy_backward"](grad_output, logits, target, lse, -100, 0.0)
+                runs += 3
+        bad = target_cpu.clone()
+        bad[0] = classes  # out of range: must not be read, only flagged
+        ops["cross_entropy"](cuda(torch.randn(rows, classes, generator=g)), cuda(bad), -100, 1,
+                             0.0, 0)
+        runs += 1
+    return runs
+
+
+def main(path):
+    kernel = load_module.load(path)
+    runs = 0
+    for op in sorted(kernel.ops):
+        if op == "cross_entropy":
+            runs += cross_entropy(kernel)
+        elif op.startswith("cross_entropy_"):
+            continue  # exercised with cross_entropy
+        elif loss_of(op):
+            runs += element_wise(kernel.ops[op], loss_of(op))
+        else:
+            raise SystemExit(f"sanitize_driver: do not know how to run op {op!r}")
+    torch.cuda.synchronize()
+    print(f"sanitize_driver: {path}: {runs} runs of {sorted(kernel.ops)} done")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

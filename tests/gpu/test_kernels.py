@@ -1,0 +1,311 @@
+"""Every element-wise kernel version (chapters 2-4) against PyTorch, and the final ones against
+hostile inputs.
+
+- All versions: the check suite of kernels.check (irregular sizes, poisoned memory, float64
+  reference), at the tolerance of RTOL below.
+- The chapter 4 versions' loss ops (the final, deterministic kernels): wrong device, wrong dtype,
+  non-contiguous, expanded and unaligned views, mismatched and empty shapes, NaN and Inf, the
+  0-d result, bitwise determinism over 100 runs, and more than 2^31 elements.
+"""
+
+import importlib
+import math
+
+import pytest
+import torch
+
+from gpu_support import (ELEMENT_WISE_CHAPTERS, case_id, element_wise_cases, loss_of, record,
+                         version)
+
+pytestmark = pytest.mark.gpu
+
+check_module = importlib.import_module("kernels.check")  # kernels.check is the function
+from kernels.losses import LOSSES, get_loss  # noqa: E402
+
+# Tolerances of the check suite (max relative error vs float64), 1e-5 unless listed. Only the
+# chapter 2 versions whose headers say their float atomics lose digits get more: one float
+# accumulator receives every element (v1: ~1e-4 at 4 M elements, per its header) or every
+# thread's sum (v2: a few hundred thousand atomics, a random walk of ~1e-5).
+DEFAULT_RTOL = 1e-5
+RTOL = {
+    "ch2_atomics/v1_atomic_per_element.cu": 1e-3,
+    "ch2_atomics/v2_thread_accumulate.cu": 1e-4,
+}
+
+CASES = element_wise_cases(ELEMENT_WISE_CHAPTERS)
+# The hostile-input tests run on the chapter 4 ops named exactly after a loss (mse, smooth_l1,
+# hinge): variants such as v3's mse_memset or v4's mse_float_tree / mse_sequential (kept for the
+# chapter's comparisons, less careful on purpose) get the check suite only.
+FINAL = [(f, op) for f, op in element_wise_cases(("ch4_two_pass",)) if op in LOSSES]
+
+
+def rtol_of(path):
+    return RTOL.get(version(path), DEFAULT_RTOL)
+
+
+def built_op(path, op):
+    from kernels import load
+
+    return getattr(load(path), op)
+
+
+def loss_or_skip(op):
+    loss = loss_of(op)
+    if loss is None:
+        pytest.skip(f"op {op!r} computes none of the losses in kernels.losses.LOSSES")
+    return loss
+
+
+def suite_max_error(fn, loss_name):
+    """The largest relative error over the check suite's cases (inf if a case raises)."""
+    loss = get_loss(loss_name)
+    worst = 0.0
+    for _, shape in loss.check_shapes:
+        generator = torch.Generator(device="cuda").manual_seed(check_module.SEED)
+        inputs = loss.make_inputs(shape, generator, "cuda", None)
+        try:
+            got = fn(*inputs)
+            torch.cuda.synchronize()
+            worst = max(worst, check_module.relative_error(got, loss.reference64(inputs)))
+        except Exception:
+            return math.inf, len(loss.check_shapes)
+    return worst, len(loss.check_shapes)
+
+
+@pytest.mark.parametrize("path, op", CASES, ids=[case_id(c) for c in CASES])
+def test_check_suite(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    worst, cases = suite_max_error(fn, loss)
+    try:
+        check_module.check(fn, loss, rtol=rtol_of(path))
+    except check_module.CheckFailed:
+        record(version(path), f"check:{op}", "fail", worst, cases=cases)
+        raise
+    record(version(path), f"check:{op}", "pass", worst, cases=cases)
+
+
+# --- hostile inputs (chapter 4) ----------------------------------------------------------------
+
+final = pytest.mark.parametrize("path, op", FINAL, ids=[case_id(c) for c in FINAL])
+
+
+def inputs(loss, shape, device="cuda", dtype=torch.float32, seed=1):
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return get_loss(loss).make_inputs(shape, generator, device, dtype)
+
+
+def shape_for(loss, rows=257, cols=1031):
+    return (rows, cols)  # hinge: targets (cols,); element-wise: targets of the same shape
+
+
+def assert_close_to_float64(got, loss, pred, target, rtol=1e-5):
+    expected = get_loss(loss).reference64((pred, target))
+    assert got.shape == () and got.dtype == torch.float32 and got.device == pred.device
+    error = check_module.relative_error(got, expected)
+    assert error <= rtol, f"got {got.item():.9g}, expected {expected.item():.9g} ({error:.2e})"
+
+
+def assert_like_torch(got, expected):
+    """NaN where PyTorch gives NaN, the same infinity where it gives one, else close."""
+    assert got.shape == expected.shape == ()
+    if torch.isnan(expected):
+        assert torch.isnan(got), f"PyTorch gives NaN, the kernel {got.item()}"
+    elif torch.isinf(expected):
+        assert got.item() == expected.item(), f"PyTorch gives {expected.item()}, the kernel {got.item()}"
+    else:
+        assert torch.isfinite(got), f"PyTorch gives {expected.item()}, the kernel {got.item()}"
+        assert check_module.relative_error(got, expected) <= 1e-5, (got.item(), expected.item())
+
+
+@final
+def test_cpu_tensors_are_rejected(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    pred, target = inputs(loss, shape_for(loss), device="cpu")
+    with pytest.raises((RuntimeError, NotImplementedError), match="CUDA"):
+        fn(pred, target)
+    with pytest.raises((RuntimeError, NotImplementedError), match="CUDA"):
+        fn(pred.cuda(), target)  # one on the GPU, one on the CPU
+
+
+@final
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_other_dtypes_are_rejected(path, op, dtype):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    pred, target = inputs(loss, shape_for(loss), dtype=dtype)
+    with pytest.raises(RuntimeError, match="float32"):
+        fn(pred, target)
+    with pytest.raises(RuntimeError, match="float32"):
+        fn(pred.float(), target)  # only one of them float32
+
+
+@final
+def test_non_contiguous_inputs(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    rows, cols = shape_for(loss)
+    pred = torch.randn(cols, rows, device="cuda").t()  # transposed: strides (1, rows)
+    assert not pred.is_contiguous()
+    if loss == "hinge":
+        target = (torch.randint(0, 2, (2 * cols,), device="cuda") * 2 - 1).float()[::2]
+    else:
+        target = torch.randn(rows, 2 * cols, device="cuda")[:, ::2]
+    assert not target.is_contiguous()
+    assert_close_to_float64(fn(pred, target), loss, pred, target)
+
+
+@final
+def test_expanded_inputs(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    rows, cols = shape_for(loss)
+    pred = torch.randn(1, cols, device="cuda").expand(rows, cols)  # stride 0 along the rows
+    if loss == "hinge":
+        target = torch.tensor([-1.0], device="cuda").expand(cols)  # stride 0
+    else:
+        target = torch.randn(cols, 1, device="cuda").t().expand(rows, cols)
+    assert pred.stride(0) == 0 and target.stride(0) == 0
+    assert_close_to_float64(fn(pred, target), loss, pred, target)
+
+
+@final
+def test_target_broadcast_from_the_right(path, op):
+    """A target of pred's trailing shape is broadcast as PyTorch does ([i, j] pairs with t[j])."""
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    for rows, cols in ((257, 1031), (300, 1024)):  # odd length, and a multiple of 4
+        pred = torch.randn(rows, cols, device="cuda")
+        if loss == "hinge":
+            target = (torch.randint(0, 2, (cols,), device="cuda") * 2 - 1).float()
+        else:
+            target = torch.randn(cols, device="cuda")
+        assert_close_to_float64(fn(pred, target), loss, pred, target)
+
+
+@final
+def test_mismatched_shapes_are_rejected(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    if loss == "hinge":
+        pred, target = torch.randn(10, 20, device="cuda"), torch.ones(10, device="cuda")
+    else:
+        pred, target = torch.randn(100, device="cuda"), torch.randn(99, device="cuda")
+    with pytest.raises(RuntimeError, match="shape"):
+        fn(pred, target)
+    with pytest.raises(RuntimeError, match="shape"):
+        fn(torch.randn(4, 5, device="cuda"), torch.randn(5, 4, device="cuda"))
+
+
+@final
+def test_empty_inputs_give_nan_like_torch_mean(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    for pred, target in ((torch.empty(0, device="cuda"), torch.empty(0, device="cuda")),
+                         (torch.empty(0, 5, device="cuda"), torch.ones(5, device="cuda"))):
+        if loss != "hinge" and target.shape != pred.shape:
+            target = torch.empty(pred.shape, device="cuda")
+        got = fn(pred, target)
+        assert got.shape == () and got.dtype == torch.float32 and got.device == pred.device
+        assert torch.isnan(got), got.item()
+
+
+NAN_INF_CASES = [  # (which input, position, value)
+    ("pred", "middle", math.nan),
+    ("pred", "last", math.nan),
+    ("target", "first", math.nan),
+    ("pred", "middle", math.inf),
+    ("pred", "last", -math.inf),
+    ("target", "middle", -math.inf),
+    ("both", "middle", math.inf),  # inf - inf = NaN for MSE and Smooth L1
+]
+
+
+@final
+@pytest.mark.parametrize("which, where, value", NAN_INF_CASES,
+                         ids=[f"{w}-{p}-{v}" for w, p, v in NAN_INF_CASES])
+def test_nan_and_inf_propagate_like_torch(path, op, which, where, value):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    shapes = ((257, 1031), (1024, 1028)) if loss == "hinge" else (((1 << 20) + 3,), (100_003,))
+    for shape in shapes:
+        pred, target = inputs(loss, shape)
+        for name, tensor in (("pred", pred), ("target", target)):
+            if which in (name, "both"):
+                flat = tensor.view(-1)
+                index = {"first": 0, "middle": flat.numel() // 2, "last": flat.numel() - 1}[where]
+                flat[index] = value
+        expected = get_loss(loss).reference(pred, target)  # PyTorch, float32
+        assert_like_torch(fn(pred, target), expected)
+
+
+@final
+def test_result_is_0d_float32_on_the_input_device(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    pred, target = inputs(loss, shape_for(loss))
+    got = fn(pred, target)
+    assert got.shape == torch.Size([]) and got.dim() == 0
+    assert got.dtype == torch.float32 and got.device == pred.device
+
+
+@final
+@pytest.mark.parametrize("offsets", [(1, 1), (1, 0), (0, 3), (2, 1)],
+                         ids=["both+1", "pred+1", "target+3", "pred+2,target+1"])
+def test_unaligned_views(path, op, offsets):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    shapes = ((513, 1028), (257, 1031)) if loss == "hinge" else (((1 << 20) + 5,), (100_003,))
+    for shape in shapes:
+        pred, target = inputs(loss, shape)
+        p_off, t_off = offsets
+        pred_base = torch.empty(pred.numel() + p_off, device="cuda")
+        pred_base[p_off:] = pred.reshape(-1)
+        target_base = torch.empty(target.numel() + t_off, device="cuda")
+        target_base[t_off:] = target.reshape(-1)
+        pred_view = pred_base[p_off:].view(pred.shape)  # contiguous, not 16-byte aligned
+        target_view = target_base[t_off:].view(target.shape)
+        assert_close_to_float64(fn(pred_view, target_view), loss, pred_view, target_view)
+
+
+@final
+def test_bitwise_deterministic_over_100_runs(path, op):
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    shape = (2049, 2048) if loss == "hinge" else ((1 << 22) + 7,)
+    pred, target = inputs(loss, shape)
+    results = torch.stack([fn(pred, target) for _ in range(100)])
+    bits = torch.unique(results.view(torch.int32))
+    assert bits.numel() == 1, f"{bits.numel()} different results over 100 runs"
+
+
+@final
+def test_more_than_2_31_elements(path, op):
+    """Indices past 2^31 need 64-bit arithmetic: compare with float64 computed in chunks."""
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    if loss == "hinge":
+        shape = (32769, 65536)  # 2^31 + 65536 predictions, targets (65536,)
+    else:
+        shape = ((1 << 31) + 4099,)
+    n = math.prod(shape)
+    need = n * 4 * (1 if loss == "hinge" else 2) + (2 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of GPU memory, {free / 2**30:.1f} GiB free")
+    pred, target = inputs(loss, shape)
+    got = fn(pred, target)
+    total = 0.0
+    rows = 1 << 12 if loss == "hinge" else 1 << 26
+    for start in range(0, shape[0], rows):
+        p = pred[start:start + rows]
+        t = target if loss == "hinge" else target[start:start + rows]
+        total += get_loss(loss).reference64((p, t)).item() * p.numel()
+    expected = torch.tensor(total / n, dtype=torch.float64)
+    error = check_module.relative_error(got, expected)
+    del pred, target
+    torch.cuda.empty_cache()
+    record(version(path), f"2^31+ elements:{op}", "pass" if error <= 1e-5 else "fail", error,
+           cases=1)
+    assert error <= 1e-5, f"got {got.item():.9g}, expected {expected.item():.9g} ({error:.2e})"

@@ -1,0 +1,88 @@
+"""The validator catches typical bugs, and passes every solution.
+
+- Each kernel in tests/fixtures/wrong_answers/ has one typical bug (its header says which);
+  ``kernels.check.check`` must raise CheckFailed naming the case and what it expected and got.
+  One more wrong answer is in Python: a correct kernel whose result is reshaped to [1] instead of
+  PyTorch's 0-d (a binding returning at::empty({1})).
+- Every kernel file under solutions/ passes the check suite of the loss each op computes.
+"""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from gpu_support import ROOT, loss_of, ops_of, record, version
+
+pytestmark = pytest.mark.gpu
+
+check_module = importlib.import_module("kernels.check")
+from kernels.losses import get_loss  # noqa: E402
+
+WRONG = sorted((ROOT / "tests" / "fixtures" / "wrong_answers").glob("*.cu"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("**/*.cu"))
+CORRECT = "ch4_two_pass/v2_deterministic_tiles.cu"  # the kernel the Python wrong answer wraps
+
+
+def ops_and_losses(path: Path):
+    found = []
+    for op in ops_of(path):
+        loss = "cross_entropy" if op == "cross_entropy" else loss_of(op)
+        if loss is not None:
+            found.append((op, loss))
+    return found
+
+
+def callable_for(kernel, op):
+    """What check() calls: the op itself, or the cross-entropy wrapper around the kernel's ops."""
+    if op == "cross_entropy":
+        from kernels.cross_entropy import cross_entropy
+
+        return lambda logits, target, **kw: cross_entropy(logits, target, kernel=kernel, **kw)
+    return getattr(kernel, op)
+
+
+def assert_rejected(fn, loss, name):
+    with pytest.raises(check_module.CheckFailed) as failure:
+        check_module.check(fn, loss)
+    message = str(failure.value)
+    labels = [label for label, _ in get_loss(loss).check_shapes]
+    assert message.startswith(f"FAIL {loss}, "), message
+    assert any(label in message for label in labels), f"no case named in: {message}"
+    assert ("expected" in message and "got" in message) or "PyTorch returns" in message, message
+    record(name, "validator", "rejected", cases=len(labels), message=message)
+
+
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.name)
+def test_wrong_answer_is_rejected(path):
+    from kernels import load
+
+    kernel = load(path)
+    cases = ops_and_losses(path)
+    assert cases, f"{path.name} defines no loss op"
+    for op, loss in cases:
+        assert_rejected(callable_for(kernel, op), loss, version(path))
+
+
+def test_shape_1_instead_of_0d_is_rejected():
+    from kernels import load
+
+    kernel = load(CORRECT)
+    check_module.check(kernel.mse, "mse")  # the kernel itself is right
+
+    def returns_shape_1(pred, target):
+        return kernel.mse(pred, target).reshape(1)
+
+    assert_rejected(returns_shape_1, "mse", "python:shape [1] instead of 0-d")
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_solution_passes(path):
+    from kernels import load
+
+    kernel = load(path)
+    cases = ops_and_losses(path)
+    assert cases, f"{path.name} defines no loss op"
+    for op, loss in cases:
+        check_module.check(callable_for(kernel, op), loss)
+    record(version(path), "validator", "pass", cases=len(cases))

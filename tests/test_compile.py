@@ -1,0 +1,88 @@
+"""Every kernel file compiles, for sm_75 and sm_90, through the loader the notebooks use.
+
+One test per ``.cu`` file under kernels/, solutions/ and tests/fixtures/ (the wrong-answer
+fixtures must compile too: they compute wrong things, they are not syntax errors). No GPU is
+needed: ``kernels.load.load(path, archs=("7.5", "9.0"))`` only builds and registers the ops.
+
+A file that must not be compiled says so in its first 20 lines with a comment
+``// test_compile: skip <reason>``; the reason is shown as the skip reason.
+
+Builds go to a fresh folder per session (``KERNELS_BUILD_DIR``), so no stale cache or lock file
+from an earlier run is ever used. Build times are printed (run with ``-s`` to see them) and
+written to ``build_seconds.csv`` in the session's temporary folder; they are not asserted
+(the build-time target is measured by a script, not by a timed test).
+"""
+
+import importlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHS = ("7.5", "9.0")
+SKIP_MARK = re.compile(r"//\s*test_compile:\s*skip\s*(.*)")
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported. /usr/local/bin/nvcc may be a
+# wrapper script, from which torch would guess /usr/local and fail to link -lcudart.
+if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
+    os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+
+def kernel_files():
+    files = sorted((ROOT / "kernels").glob("**/*.cu"))
+    files += sorted((ROOT / "solutions").glob("**/*.cu"))
+    files += sorted((ROOT / "tests" / "fixtures").glob("**/*.cu"))
+    return [f for f in files if "_build" not in f.parts and ".ipynb_checkpoints" not in f.parts]
+
+
+def _nvcc():
+    home = os.environ.get("CUDA_HOME")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory):
+    import torch
+
+    if torch.version.cuda is None:
+        pytest.skip("torch has no CUDA build (torch.version.cuda is None): cannot build kernels")
+    if _nvcc() is None:
+        pytest.skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    directory = tmp_path_factory.mktemp("kernel_builds")
+    old = os.environ.get("KERNELS_BUILD_DIR")
+    os.environ["KERNELS_BUILD_DIR"] = str(directory)
+    times = {}
+    yield times
+    if old is None:
+        os.environ.pop("KERNELS_BUILD_DIR", None)
+    else:
+        os.environ["KERNELS_BUILD_DIR"] = old
+    if times:
+        csv = directory.parent / "build_seconds.csv"
+        csv.write_text("file,seconds\n" + "".join(f"{f},{s:.2f}\n" for f, s in times.items()))
+        print(f"\nbuild seconds ({len(times)} files, {sum(times.values()):.0f} s in all; {csv}):")
+        for file, seconds in sorted(times.items(), key=lambda item: -item[1]):
+            print(f"  {seconds:6.1f}  {file}")
+
+
+@pytest.mark.parametrize("path", kernel_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_kernel_file_compiles(path, build_dir):
+    head = "\n".join(path.read_text().splitlines()[:20])
+    skip = SKIP_MARK.search(head)
+    if skip:
+        pytest.skip(f"{path.name} asks not to be compiled: {skip.group(1).strip() or 'no reason'}")
+    load = importlib.import_module("kernels.load")  # the module (kernels.load is the function)
+
+    expected = {op for op, _ in load.find_launchers(path.read_text())}
+    kernel = load.load(path, archs=ARCHS)
+    assert kernel.ops, f"{path.name} registered no op"
+    assert set(kernel.ops) == expected
+    assert not kernel.cached, "the session's build folder is fresh: nothing can be cached"
+    rel = path.relative_to(ROOT).as_posix()
+    build_dir[rel] = kernel.build_seconds
+    print(f"{rel}: {sorted(kernel.ops)} built in {kernel.build_seconds:.1f} s")

@@ -1,0 +1,276 @@
+"""The notebooks follow the course's conventions (no GPU needed; see helper notes / README).
+
+For every notebook in chapters/ and solutions/ that has code cells:
+
+(a) the first cell is exactly ``kernels.notebook.SETUP_CELL`` for the repository of _config.yml;
+(b) a cell that builds a kernel file, ``load("chX/file.cu")``, comes right after a cell that
+    shows that same file with ``show_source("chX/file.cu")``;
+(c) cells that need a GPU are tagged ``gpu``; cells that time are also ``nbval-ignore-output``;
+(d) stored outputs are not older than the kernel sources they were produced from
+    (``metadata.course.sources``, written by tools/execute.py);
+(e) the .ipynb matches its py:percent twin;
+and (f) book/status.md is up to date with the notebooks' metadata.
+"""
+
+import hashlib
+import importlib.util
+import io
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from kernels.notebook import SETUP_CELL
+
+ROOT = Path(__file__).resolve().parents[1]
+DIRS = ("chapters", "solutions")
+REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+RERUN = "re-execute on a GPU: tools/gpu_run.sh"
+
+
+def all_notebooks():
+    return sorted(p for d in DIRS for p in (ROOT / d).glob("*.ipynb"))
+
+
+def read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def code_cells(notebook):
+    return [c for c in notebook.cells if c.cell_type == "code"]
+
+
+def notebooks_with_code():
+    return [p for p in all_notebooks() if code_cells(read(p))]
+
+
+def rel(path):
+    return path.relative_to(ROOT).as_posix()
+
+
+def tags(cell):
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def code_without_comments(source: str) -> str:
+    """The cell's code with comments removed (so that a comment never triggers a rule)."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                  if t.type != tokenize.COMMENT]
+        return tokenize.untokenize(tokens)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source  # e.g. IPython magics: check the raw text
+
+
+# Building a kernel file: load("x.cu") or kernels.load("x.cu"), not results.load("ch3").
+LOAD_LITERAL = re.compile(r"(?:(?<![\w.])|\bkernels\.)load\(\s*(['\"])([^'\"]+\.cu)\1")
+SHOW_LITERAL = r"\bshow_source\(\s*(['\"]){}\1"
+
+# What needs a GPU. bench's CPU-only helpers (SIZES, element_wise_shape, gbps, rotation_count,
+# Measurement) are allowed without the tag; everything else in bench times on the GPU.
+TIMING = r"(?:time_ms|launch_overhead_ms|sweep|bench_loss|read_bandwidth|copy_bandwidth)\("
+CPU_BENCH = r"(?:SIZES|element_wise_shape|gbps|rotation_count|Measurement)\b"
+GPU_PATTERNS = {
+    "builds a kernel (load)": r"(?:(?<![\w.])|\bkernels\.)load\(",
+    "checks a kernel (check)": r"(?:(?<![\w.])|\bkernels\.(?:check\.)?)check\(",
+    "uses CUDA (.cuda)": r"(?<!version)\.cuda\b(?!\.is_available)",
+    'allocates on the GPU (device="cuda")': r"device\s*=\s*['\"]cuda",
+    "times with kernels.bench": r"\bbench\.(?!" + CPU_BENCH + ")",
+    "measures bandwidth": r"\bread_bandwidth\b|\bcopy_bandwidth\b",
+    "times": r"(?<![\w])" + TIMING,
+}
+TIMES = re.compile(r"\bbench\.(?!" + CPU_BENCH + r")\w+|(?<![\w])" + TIMING)
+
+
+# --- every notebook of the book has code -----------------------------------------------------
+
+def test_every_chapter_and_solution_of_the_toc_has_code_cells():
+    toc = (ROOT / "_toc.yml").read_text()
+    files = re.findall(r"file:\s*((?:chapters|solutions)/\S+)", toc)
+    assert files, "_toc.yml lists no chapter or solution"
+    empty = []
+    for file in files:
+        path = ROOT / f"{file}.ipynb"
+        if not path.is_file() or not code_cells(read(path)):
+            empty.append(f"{file}.ipynb")
+    assert not empty, f"notebooks in _toc.yml that are missing or have no code cell: {empty}"
+
+
+NOTEBOOKS = notebooks_with_code()
+by_notebook = pytest.mark.parametrize("path", NOTEBOOKS, ids=rel)
+
+
+# --- (a) the setup cell ----------------------------------------------------------------------
+
+@by_notebook
+def test_first_cell_is_the_setup_cell(path):
+    first = read(path).cells[0]
+    expected = SETUP_CELL.format(repository=REPOSITORY)
+    assert first.cell_type == "code", f"{rel(path)}: the first cell must be the setup code cell"
+    assert first.source.rstrip("\n") == expected, (
+        f"{rel(path)}: the first cell is not kernels.notebook.SETUP_CELL with repository "
+        f"{REPOSITORY}; print it with: python -c \"from kernels.notebook import SETUP_CELL; "
+        f"print(SETUP_CELL.format(repository='{REPOSITORY}'))\"")
+
+
+# --- (b) each built file is shown right before --------------------------------------------
+
+def chapter_number(path) -> int:
+    """1 for chapters/01_naive_pytorch.ipynb and solutions/ch1_solutions.ipynb."""
+    return int(re.match(r"(?:ch)?0*(\d+)", path.name).group(1))
+
+
+def from_earlier_chapter(literal: str, chapter: int) -> bool:
+    found = re.match(r"ch(\d+)_", literal)
+    return found is not None and int(found.group(1)) < chapter
+
+
+@by_notebook
+def test_each_load_is_preceded_by_show_source_of_the_same_file(path):
+    """The code cell before a build shows the file it builds (markdown may stand between).
+
+    A file shown earlier in the same notebook, or a kernel of an earlier chapter (brought back
+    for comparison), need not be shown again.
+    """
+    cells = read(path).cells
+    chapter = chapter_number(path)
+    shown_so_far = set()
+    previous_code = None
+    problems = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        code = code_without_comments(cell.source)
+        for _, literal in LOAD_LITERAL.findall(code):
+            shown = previous_code is not None and re.search(
+                SHOW_LITERAL.format(re.escape(literal)), previous_code)
+            if not (shown or literal in shown_so_far or from_earlier_chapter(literal, chapter)):
+                problems.append(f"cell {i} loads {literal!r} but the code cell before it does "
+                                f"not call show_source({literal!r})")
+        shown_so_far.update(m[1] for m in re.findall(r"\bshow_source\(\s*(['\"])([^'\"]+)\1", code))
+        previous_code = code
+    assert not problems, f"{rel(path)}:\n" + "\n".join(problems)
+
+
+# --- (c) tags --------------------------------------------------------------------------------
+
+@by_notebook
+def test_gpu_cells_are_tagged(path):
+    problems = []
+    for i, cell in enumerate(read(path).cells):
+        if cell.cell_type != "code":
+            continue
+        code = code_without_comments(cell.source)
+        why = [what for what, pattern in GPU_PATTERNS.items() if re.search(pattern, code)]
+        if why and "gpu" not in tags(cell):
+            problems.append(f"cell {i} {', '.join(why)} but is not tagged gpu: "
+                            f"{cell.source.strip().splitlines()[0][:80]!r}")
+        timing = TIMES.search(code)
+        if timing and not {"gpu", "nbval-ignore-output"} <= tags(cell):
+            problems.append(f"cell {i} times ({timing.group(0)}) and must be tagged both gpu and "
+                            f"nbval-ignore-output (it has {sorted(tags(cell))})")
+    assert not problems, f"{rel(path)}:\n" + "\n".join(problems)
+
+
+# --- (d) stored outputs are not stale --------------------------------------------------------
+
+@by_notebook
+def test_stored_outputs_match_the_kernel_sources(path):
+    notebook = read(path)
+    course = notebook.metadata.get("course")
+    gpu_outputs = [i for i, c in enumerate(notebook.cells)
+                   if c.cell_type == "code" and "gpu" in tags(c) and c.get("outputs")]
+    if course is None:
+        assert not gpu_outputs, (
+            f"{rel(path)} has stored outputs of gpu cells {gpu_outputs} but no course metadata "
+            f"(which GPU and which kernel sources produced them): {RERUN}")
+        return
+    problems = []
+    for file, digest in sorted(course.get("sources", {}).items()):
+        source = ROOT / file
+        if not source.is_file():
+            problems.append(f"{file} no longer exists")
+        elif hashlib.sha256(source.read_bytes()).hexdigest() != digest:
+            problems.append(f"{file} changed since the notebook was executed")
+    assert not problems, f"{rel(path)}: " + "; ".join(problems) + f": {RERUN}"
+
+
+# --- (e) the .py twin ------------------------------------------------------------------------
+
+def _sync_module():
+    spec = importlib.util.spec_from_file_location("sync_notebooks",
+                                                  ROOT / "tools" / "sync_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@by_notebook
+def test_notebook_matches_its_py_twin(path):
+    twin = path.with_suffix(".py")
+    assert twin.is_file(), f"{rel(path)} has no py:percent twin {rel(twin)}"
+    sync = _sync_module()
+    assert sync.cells_of(read(path)) == sync.cells_of(sync.synced(twin)), (
+        f"{rel(path)} differs from {rel(twin)}: run python tools/sync_notebooks.py "
+        f"(never edit the .ipynb by hand)")
+
+
+def test_sync_notebooks_check_passes():
+    proc = subprocess.run([sys.executable, "tools/sync_notebooks.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- (f) the status page ---------------------------------------------------------------------
+
+def test_status_page_is_up_to_date():
+    proc = subprocess.run([sys.executable, "tools/status.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- the rules themselves (so that a wrong pattern cannot pass every notebook) ---------------
+
+def _gpu_reasons(source):
+    code = code_without_comments(source)
+    return [what for what, pattern in GPU_PATTERNS.items() if re.search(pattern, code)]
+
+
+@pytest.mark.parametrize("source", [
+    'k = load("ch3_block_reduction/v3_sequential.cu")',
+    'k = kernels.load("ch3_block_reduction/v3_sequential.cu")',
+    'check(k.mse, "mse")',
+    'kernels.check(k.mse, "mse")',
+    "x = torch.randn(10).cuda()",
+    'x = torch.randn(10, device="cuda")',
+    "peak = kernels.bench.read_bandwidth()",
+    "rows = bench.sweep(providers, 'mse', shapes)",
+    "print(torch.cuda.get_device_name())",
+])
+def test_rule_needs_gpu(source):
+    assert _gpu_reasons(source), source
+
+
+@pytest.mark.parametrize("source", [
+    'rows = kernels.results.load("ch3")',
+    "rows = results.load('ch3')",
+    "shapes = [kernels.bench.element_wise_shape(n, 'mse') for n in kernels.bench.SIZES]",
+    "print(torch.version.cuda, torch.cuda.is_available())",
+    "# load(\"ch3/v1.cu\") in a comment only",
+    'show_source("ch3_block_reduction/v3_sequential.cu")',
+    "subprocess.run(['ls'], check=True)",
+])
+def test_rule_runs_on_cpu(source):
+    assert not _gpu_reasons(source), source
+
+
+def test_rule_load_literal():
+    assert LOAD_LITERAL.findall('k = load("ch3/v1.cu"); r = results.load("ch3")') == [('"', "ch3/v1.cu")]
+    assert re.search(SHOW_LITERAL.format(re.escape("ch3/v1.cu")), "show_source('ch3/v1.cu', start='x')")
+    assert TIMES.search("ms = kernels.bench.time_ms(f, args)")
+    assert not TIMES.search("n = kernels.bench.SIZES[0]")

@@ -1,0 +1,437 @@
+"""Fast unit tests of the toolkit in kernels/ (no GPU, no compiler).
+
+Each test asserts on values, so that it fails when the behaviour it names breaks.
+"""
+
+import math
+import os
+from pathlib import Path
+
+import importlib
+import importlib.util
+
+import pytest
+import torch
+
+from kernels import bench, losses, notebook, results
+
+# `kernels.load` and `kernels.check` are the functions (kernels/__init__.py); the modules:
+load = importlib.import_module("kernels.load")
+_check = importlib.import_module("kernels.check")
+relative_error, _describe_mismatch = _check.relative_error, _check._describe_mismatch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SAMPLE = '''
+#include "loss_args.h"
+__global__ void k(ReductionArgs a) {}
+extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s) { return cudaSuccess; }
+extern "C"   cudaError_t  hinge_launch( const ReductionArgs *a, cudaStream_t s) { return cudaSuccess; }
+static cudaError_t helper_launch(const ReductionArgs* a, cudaStream_t s);  // not extern "C"
+'''
+
+
+# --- load: launchers and registration ------------------------------------------------------
+
+def test_find_launchers_finds_every_extern_c_launcher_in_order():
+    assert load.find_launchers(SAMPLE) == [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")]
+
+
+def test_find_launchers_rejects_an_unknown_struct():
+    text = 'extern "C" cudaError_t mse_launch(const MyArgs* a, cudaStream_t s) {}'
+    with pytest.raises(ValueError, match="unknown argument struct.*MyArgs"):
+        load.find_launchers(text)
+
+
+def test_find_launchers_rejects_a_file_without_launchers():
+    with pytest.raises(ValueError, match="no launcher found"):
+        load.find_launchers("__global__ void k() {}")
+
+
+def test_find_launchers_rejects_mixed_structs():
+    text = ('extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s) {}\n'
+            'extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStream_t s) {}')
+    with pytest.raises(ValueError, match="same argument struct"):
+        load.find_launchers(text)
+
+
+def test_registration_declares_defines_and_implements_each_op():
+    _, template, schema = load.BINDINGS["ReductionArgs"]
+    text = load.registration("lib_abc", [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")])
+    for op in ("mse", "hinge"):
+        assert f'extern "C" cudaError_t {op}_launch(const ReductionArgs*, cudaStream_t);' in text
+        assert f'm.def("{op}" {schema});' in text
+        assert f'm.impl("{op}", &{template}<{op}_launch>);' in text
+    assert "TORCH_LIBRARY(lib_abc, m) {" in text
+    assert "TORCH_LIBRARY_IMPL(lib_abc, CUDA, m) {" in text
+    # the definitions come before the CUDA implementations
+    assert text.index("TORCH_LIBRARY(lib_abc") < text.index("TORCH_LIBRARY_IMPL(lib_abc")
+
+
+# --- load: build names -----------------------------------------------------------------------
+
+def _sample_file(tmp_path, text=SAMPLE, name="v9_sample.cu"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_build_name_is_stable_and_starts_with_the_file_stem(tmp_path):
+    path = _sample_file(tmp_path)
+    first = load.build_name(path, ("7.5", "9.0"))
+    assert first == load.build_name(path, ("7.5", "9.0"))
+    assert first.startswith("v9_sample_")
+    assert len(first.rsplit("_", 1)[1]) == 12
+
+
+def test_build_name_changes_when_the_source_changes(tmp_path):
+    path = _sample_file(tmp_path)
+    before = load.build_name(path, ("9.0",))
+    path.write_text(SAMPLE + "\n// one more comment\n")
+    assert load.build_name(path, ("9.0",)) != before
+
+
+def test_build_name_changes_with_the_architectures(tmp_path):
+    path = _sample_file(tmp_path)
+    assert load.build_name(path, ("9.0",)) != load.build_name(path, ("7.5", "9.0"))
+    assert load.build_name(path, ("7.5",)) != load.build_name(path, ("9.0",))
+
+
+# --- load: compiler errors -------------------------------------------------------------------
+
+BUILD_LOG = """\
+Error building extension 'v9_sample_0123456789ab':
+[1/3] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /tmp/kb/v9_sample_0123456789ab/cuda.cu -o cuda.cuda.o
+FAILED: cuda.cuda.o
+/tmp/kb/v9_sample_0123456789ab/cuda.cu(12): error: identifier "undefined_thing" is undefined
+      float x = undefined_thing;
+                ^
+
+1 error detected in the compilation of "/tmp/kb/v9_sample_0123456789ab/cuda.cu".
+/tmp/kb/v9_sample_0123456789ab/main.cpp:7:10: error: expected ';' before 'return'
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_readable_compiler_error_keeps_errors_and_names_the_course_files():
+    shown = load.readable_compiler_error(BUILD_LOG, {
+        "cuda.cu": "kernels/ch9/v9_sample.cu", "main.cpp": "kernels/bindings/reduction.cpp"})
+    assert ('kernels/ch9/v9_sample.cu(12): error: identifier "undefined_thing" is undefined'
+            in shown.splitlines())
+    assert "kernels/bindings/reduction.cpp:7:10: error: expected ';' before 'return'" in shown
+    assert "float x = undefined_thing;" in shown  # the source line under the error
+    assert "/tmp/kb" not in shown
+    assert "ninja" not in shown
+
+
+def test_readable_compiler_error_falls_back_to_the_log_tail():
+    assert load.readable_compiler_error("something odd", {}) == "something odd"
+
+
+# --- load: architectures ---------------------------------------------------------------------
+
+def test_target_archs_given():
+    assert load.target_archs(("7.5", "9.0")) == ("7.5", "9.0")
+    assert load.target_archs(["8.0"]) == ("8.0",)
+
+
+def test_target_archs_without_gpu_or_env_is_an_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    with pytest.raises(RuntimeError, match="no GPU found"):
+        load.target_archs(None)
+
+
+@pytest.mark.parametrize("env", ["7.5;9.0", "7.5 9.0"])
+def test_target_archs_from_the_environment(monkeypatch, env):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", env)
+    assert load.target_archs(None) == ("7.5", "9.0")
+
+
+# --- load: the build folder lock -------------------------------------------------------------
+
+def test_exclusive_removes_a_stale_torch_lock(tmp_path):
+    directory = tmp_path / "build"
+    directory.mkdir()
+    (directory / "lock").write_text("")  # what a build killed midway leaves behind
+    with load._exclusive(directory):
+        assert not (directory / "lock").exists()
+        assert (directory / ".course-lock").exists()
+
+
+def test_exclusive_creates_the_folder(tmp_path):
+    directory = tmp_path / "a" / "b"
+    with load._exclusive(directory):
+        assert directory.is_dir()
+
+
+def test_build_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path))
+    assert load.build_root() == tmp_path
+    monkeypatch.delenv("KERNELS_BUILD_DIR")
+    assert load.build_root().name == f"torch-{torch.__version__}"
+
+
+# --- bench -----------------------------------------------------------------------------------
+
+def test_gbps():
+    assert bench.gbps(10**9, 1000.0) == pytest.approx(1.0)
+    assert bench.gbps(8 * 2**30, 2.78) == pytest.approx(8 * 2**30 / 2.78e-3 / 1e9)
+    assert bench.gbps(3_000_000, 0.001) == pytest.approx(3000.0)
+
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize("per_call, l2, free, limit, expected", [
+    (10 * MiB, 50 * MiB, 80 * GiB, 64, 15),     # exactly 3 x L2 / per call
+    (40 * MiB, 50 * MiB, 80 * GiB, 64, 4),      # 3.75 rounds up
+    (4 * GiB, 50 * MiB, 80 * GiB, 64, 1),       # larger than L2: no copies
+    (1 * MiB, 50 * MiB, 80 * GiB, 64, 64),      # capped by the limit
+    (1 * MiB, 50 * MiB, 80 * GiB, 10, 10),      # a smaller limit
+    (1 * MiB, 50 * MiB, 8 * MiB, 64, 2),        # a quarter of free memory: 2 copies
+    (1 * MiB, 50 * MiB, 0, 64, 1),              # no free memory: still 1
+    (0, 50 * MiB, 80 * GiB, 64, 64),            # zero bytes does not divide by zero
+])
+def test_rotation_count(per_call, l2, free, limit, expected):
+    assert bench.rotation_count(per_call, l2, free, limit) == expected
+
+
+def test_element_wise_shape():
+    assert bench.element_wise_shape(4096, "mse") == (4096,)
+    assert bench.element_wise_shape(4096, "smooth_l1") == (4096,)
+    assert bench.element_wise_shape(4096, "hinge") == (64, 64)
+    assert bench.element_wise_shape(8192, "hinge") == (128, 64)
+    assert bench.element_wise_shape(1 << 30, "hinge") == (32768, 32768)
+    for n in bench.SIZES:
+        rows, cols = bench.element_wise_shape(n, "hinge")
+        assert rows * cols == n and rows >= cols
+
+
+def test_sizes_span_2_12_to_2_30():
+    assert bench.SIZES[0] == 1 << 12 and bench.SIZES[-1] == 1 << 30
+    assert all(b == 4 * a for a, b in zip(bench.SIZES, bench.SIZES[1:]))
+
+
+# --- losses ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, shape, element_size, expected", [
+    ("mse", (10,), 4, 80),
+    ("mse", (3, 5), 2, 60),
+    ("smooth_l1", (3, 5), 4, 120),
+    ("hinge", (4, 6), 4, (24 + 6) * 4),      # predictions + one target per column
+    ("hinge", (32768, 32768), 4, (32768 * 32768 + 32768) * 4),
+    ("cross_entropy", (4, 10), 4, 4 * 10 * 4 + 4 * 8),  # logits + int64 targets
+    ("cross_entropy", (32768, 4096), 2, 32768 * 4096 * 2 + 32768 * 8),
+])
+def test_min_bytes(name, shape, element_size, expected):
+    assert losses.get_loss(name).min_bytes(shape, element_size) == expected
+
+
+def test_every_loss_has_a_byte_count():
+    for name, loss in losses.LOSSES.items():
+        assert loss.min_bytes((2, 3)) > 0, name
+
+
+def test_unknown_loss():
+    with pytest.raises(ValueError, match="unknown loss 'nope'"):
+        losses.get_loss("nope")
+
+
+def test_references_match_pytorch_on_cpu():
+    p = torch.tensor([[0.5, -2.0], [3.0, 0.0]], dtype=torch.float64)
+    t = torch.tensor([[1.0, -1.0], [1.0, 2.0]], dtype=torch.float64)
+    y = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    assert losses.get_loss("mse").reference(p, t).item() == pytest.approx((0.25 + 1 + 4 + 4) / 4)
+    # smooth L1, beta 1: 0.5 d^2 below 1, d - 0.5 above
+    assert losses.get_loss("smooth_l1").reference(p, t).item() == pytest.approx(
+        (0.125 + 0.5 + 1.5 + 1.5) / 4)
+    # hinge broadcasts y along the last dimension: [i, j] uses y[j]
+    expected = (max(0, 1 - 0.5) + max(0, 1 - 2.0) + max(0, 1 - 3.0) + max(0, 1 - 0.0)) / 4
+    assert losses.get_loss("hinge").reference(p, y).item() == pytest.approx(expected)
+
+
+def test_hinge_inputs_are_labels_of_the_last_dimension():
+    g = torch.Generator().manual_seed(0)
+    pred, target = losses.get_loss("hinge").make_inputs((3, 7), g, "cpu")
+    assert pred.shape == (3, 7) and target.shape == (7,)
+    assert set(target.tolist()) <= {-1.0, 1.0}
+
+
+def test_cross_entropy_inputs_are_int64_class_indices():
+    g = torch.Generator().manual_seed(0)
+    logits, target = losses.get_loss("cross_entropy").make_inputs((5, 11), g, "cpu")
+    assert logits.shape == (5, 11) and logits.dtype == torch.float32
+    assert target.shape == (5,) and target.dtype == torch.int64
+    assert 0 <= target.min() and target.max() < 11
+
+
+# --- results ---------------------------------------------------------------------------------
+
+def _measurements():
+    return [bench.Measurement("mse", "torch", (4096,), 32768, 0.002),
+            bench.Measurement("mse", "v1", (4096,), 32768, 0.001),
+            bench.Measurement("mse", "torch", (1024, 1024), 8 * 2**20, 0.01),
+            bench.Measurement("hinge", "v1", (64, 64), 16640, 0.004)]
+
+
+def test_results_round_trip(tmp_path):
+    rows = results.rows_from(_measurements(), "H100", "ch9", 1000.0)
+    path = results.save(rows, "ch9", tmp_path / "sub" / "ch9.csv")
+    back = results.load("ch9", path)
+    assert len(back) == 4
+    first = back[0]
+    assert first["gpu"] == "H100" and first["chapter"] == "ch9" and first["loss"] == "mse"
+    assert first["provider"] == "torch"
+    assert first["shape"] == (4096,)
+    assert first["bytes"] == 32768
+    assert first["ms"] == pytest.approx(0.002)
+    assert first["gbps"] == pytest.approx(32768 / 2e-6 / 1e9, rel=1e-5)
+    assert first["peak_gbps"] == 1000.0
+    assert back[2]["shape"] == (1024, 1024)
+    assert path.read_text().splitlines()[0] == ",".join(results.COLUMNS)
+
+
+def test_shape_text():
+    assert results.shape_text((32768, 4096)) == "32768x4096"
+    assert results.parse_shape("32768x4096") == (32768, 4096)
+    assert results.parse_shape(results.shape_text((7,))) == (7,)
+
+
+def _row(provider, shape, ms, gbps, loss="mse", peak=1000.0):
+    return {"gpu": "H100", "chapter": "ch9", "loss": loss, "provider": provider,
+            "shape": shape, "bytes": 0, "ms": ms, "gbps": gbps, "peak_gbps": peak}
+
+
+def test_markdown_table():
+    rows = [_row("torch", (4096,), 0.01, 500.0), _row("v1", (4096,), 0.005, 1000.0),
+            _row("torch", (1 << 20,), 0.1, 900.0), _row("v1", (1 << 20,), 0.1, 960.0, loss="hinge")]
+    lines = results.markdown_table(rows, ["torch", "v1"], "mse").splitlines()
+    assert lines[0] == "| elements | torch GB/s (% peak) | v1 GB/s (% peak) |"
+    assert lines[1] == "|---|---|---|"
+    assert lines[2] == "| 4,096 | 500 (50%) | 1000 (100%) |"
+    assert lines[3] == "| 1,048,576 | 900 (90%) | – |"  # the v1 row is hinge, not mse
+    assert len(lines) == 4
+
+
+def test_speedup_table():
+    rows = [_row("torch", (4096,), 2.0, 100.0), _row("v1", (4096,), 1.0, 200.0),
+            _row("v2", (4096,), 0.5, 400.0), _row("v2", (8192,), 0.1, 800.0)]
+    lines = results.speedup_table(rows, ["torch", "v1", "missing", "v2"], "mse", (4096,),
+                                  "torch").splitlines()
+    assert lines[0] == "| version | time (ms) | GB/s | % of peak | step speed-up | vs torch |"
+    assert lines[2] == "| torch | 2 | 100 | 10% | – | 1.00x |"
+    assert lines[3] == "| v1 | 1 | 200 | 20% | 2.00x | 2.00x |"
+    assert lines[4] == "| v2 | 0.5 | 400 | 40% | 2.00x | 4.00x |"
+    assert len(lines) == 5  # "missing" has no row and is left out
+
+
+# --- notebook --------------------------------------------------------------------------------
+
+CU_FILE = "ch4_two_pass/v2_deterministic_tiles.cu"
+HEADER_FILE = "common/loss_args.h"
+
+
+def test_setup_cell_has_the_repository():
+    cell = notebook.SETUP_CELL.format(repository="https://github.com/o/r")
+    assert 'REPOSITORY = "https://github.com/o/r"' in cell
+    assert cell.startswith("# Setup")
+    compile(cell, "setup", "exec")  # valid Python
+
+
+def test_show_source_shows_the_whole_file():
+    text = (ROOT / "kernels" / CU_FILE).read_text()
+    data = notebook.show_source(CU_FILE).data
+    assert data.startswith(f"`kernels/{CU_FILE}`\n\n```cuda\n")
+    assert data.endswith("\n```")
+    assert text.rstrip("\n") in data
+
+
+def test_show_source_slices_from_start_to_end():
+    lines = (ROOT / "kernels" / HEADER_FILE).read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if "struct ReductionArgs" in line)
+    last = next(i for i in range(first + 1, len(lines)) if "};" in lines[i])
+    data = notebook.show_source(HEADER_FILE, start="struct ReductionArgs", end="};").data
+    assert data == (f"`kernels/{HEADER_FILE}`\n\n```cpp\n" + "\n".join(lines[first:last + 1])
+                    + "\n```")
+    assert "#pragma once" not in data  # lines before start are left out
+
+
+def test_show_source_start_without_end_runs_to_the_end_of_file():
+    lines = (ROOT / "kernels" / CU_FILE).read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if "#include" in line)
+    data = notebook.show_source(CU_FILE, start="#include").data
+    assert data.endswith("\n".join(lines[first:]) + "\n```")
+    assert lines[0] not in data
+
+
+def test_show_source_unknown_file():
+    with pytest.raises(FileNotFoundError):
+        notebook.show_source("ch0_nothing/v0.cu")
+
+
+# --- check -----------------------------------------------------------------------------------
+
+def test_relative_error_nan_and_inf_are_infinite():
+    assert relative_error(torch.tensor(math.nan), torch.tensor(1.0)) == math.inf
+    assert relative_error(torch.tensor(math.inf), torch.tensor(1.0)) == math.inf
+    assert relative_error(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 1.0])) == math.inf
+
+
+def test_relative_error_values():
+    one = torch.tensor(1.0, dtype=torch.float64)
+    assert relative_error(one + 1e-6, one) == pytest.approx(1e-6, rel=1e-6)
+    assert relative_error(one, one) == 0.0
+    assert relative_error(torch.tensor(0.0), torch.tensor(0.0)) == 0.0
+    # scaled by the largest expected magnitude
+    got = torch.tensor([1.0, 2.2], dtype=torch.float64)
+    assert relative_error(got, torch.tensor([1.0, 2.0], dtype=torch.float64)) == pytest.approx(0.1)
+    # expected 0: divided by 1e-30, not by zero
+    assert relative_error(torch.tensor(1e-31, dtype=torch.float64),
+                          torch.tensor(0.0, dtype=torch.float64)) == pytest.approx(0.1)
+
+
+def test_describe_mismatch_catches_shape_1_for_0d():
+    assert _describe_mismatch(torch.zeros(1), torch.zeros(())) == "shape (1,) (PyTorch returns ())"
+    assert "dtype torch.float64" in _describe_mismatch(torch.zeros((), dtype=torch.float64),
+                                                       torch.zeros(()))
+    assert _describe_mismatch(torch.zeros(()), torch.zeros(())) == ""
+
+
+# --- tools/reliability_report.py -------------------------------------------------------------
+
+def _reliability_module():
+    spec = importlib.util.spec_from_file_location("reliability_report",
+                                                  ROOT / "tools" / "reliability_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reliability_report(tmp_path):
+    import json
+
+    report = _reliability_module()
+    v = "ch4_two_pass/v2.cu"
+    records = [
+        {"version": v, "case": "sanitizer:memcheck", "outcome": "clean", "gpu": "H100"},
+        {"version": v, "case": "sanitizer:racecheck", "outcome": "errors", "gpu": "H100"},
+        {"version": v, "case": "sanitizer:racecheck", "outcome": "clean", "gpu": "H100"},
+        {"version": v, "case": "check:mse", "outcome": "pass", "max_rel_error": 2e-7, "cases": 5},
+        {"version": v, "case": "check:hinge", "outcome": "pass", "max_rel_error": 3e-6, "cases": 5},
+        {"version": "ch2/v1.cu", "case": "check:mse", "outcome": "fail", "max_rel_error": "inf",
+         "cases": 5},
+        {"version": "wrong/tail.cu", "case": "validator", "outcome": "rejected",
+         "message": "FAIL mse, 1 element (1,): expected 2, got 0"},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert report.read_records(path) == records
+    text = report.render(report.read_records(path), "H100")
+    lines = text.splitlines()
+    assert lines[0] == "# Reliability report"
+    assert ("| `ch4_two_pass/v2.cu` | clean | **errors** | – | – | 10 | 3.0e-06 | none |"
+            in lines)  # a tool that failed once stays failed
+    assert "| `ch2/v1.cu` | – | – | – | – | 5 | **inf** | `check:mse` |" in lines
+    assert "| `wrong/tail.cu` | FAIL mse, 1 element (1,): expected 2, got 0 |" in lines
