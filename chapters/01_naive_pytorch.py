@@ -1,0 +1,710 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 1: What the PyTorch one-liner really costs
+#
+# Every kernel in this course competes with a line of PyTorch. Before writing any CUDA we
+# look at what those lines do on the GPU: which kernels PyTorch launches, which temporary
+# tensors it allocates, how many bytes cross the memory bus, and how long it takes, in
+# eager mode and under `torch.compile`. The chapter ends with the numbers every later
+# chapter is measured against: the GPU's read bandwidth, the launch-latency floor, the
+# throughput of PyTorch's losses at every size, and the accuracy of PyTorch's own float32
+# reduction.
+#
+# The four losses are the loss problems of KernelBench {cite}`ouyang2025kernelbench`, with
+# its sizes: $32768 \times 32768$ float32 predictions and targets ($2^{30}$ elements, 4 GiB
+# per tensor) for MSE, Smooth L1 and Hinge, and $32768 \times 4096$ float32 logits with
+# int64 class targets for cross-entropy.
+#
+# ```{admonition} GPU memory
+# :class: note
+# The cells that touch the KernelBench sizes need about 20 GB of GPU memory (two 4 GiB
+# inputs plus PyTorch's temporaries). The outputs stored in this book come from an H100.
+# ```
+
+# %%
+import inspect
+import math
+
+import torch
+from IPython.display import Markdown, display
+
+import kernels
+from kernels import bench, get_loss, results
+from kernels.bench import SIZES
+
+LOSS_NAMES = ("mse", "smooth_l1", "hinge", "cross_entropy")
+# The KernelBench problem of each loss. The element-wise losses do not care about shape, so
+# MSE and Smooth L1 use the flat 2^30 elements; Hinge keeps its 2-D shape for its broadcast.
+KERNELBENCH = {"mse": (1 << 30,), "smooth_l1": (1 << 30,), "hinge": (32768, 32768),
+               "cross_entropy": (32768, 4096)}
+
+# %% [markdown]
+# ## The four losses
+#
+# The course's toolkit keeps each loss's PyTorch definition in one place,
+# `kernels/losses.py`; the checks use it as the float64 reference and the benchmarks as the
+# eager baseline. These are the lines we are going to take apart:
+
+# %%
+display(Markdown("```python\n" + "\n".join(
+    inspect.getsource(get_loss(name).reference) for name in LOSS_NAMES) + "```"))
+
+# %% [markdown]
+# Each loss must read its inputs at least once. That minimum, `min_bytes`, is what the
+# course divides by the time to get the **effective bandwidth** (see
+# {doc}`../book/timing`):
+
+# %%
+lines = ["| loss | KernelBench shape | must read | bytes |", "|---|---|---|---|"]
+what = {"mse": "p and t", "smooth_l1": "p and t", "hinge": "p, and y once",
+        "cross_entropy": "logits, int64 targets"}
+for name in LOSS_NAMES:
+    shape = KERNELBENCH[name]
+    nbytes = get_loss(name).min_bytes(shape)
+    lines.append(f"| {name} | {' x '.join(map(str, shape))} | {what[name]} | "
+                 f"{nbytes:,} ({nbytes / 2**30:.3f} GiB) |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# ### Hinge broadcasts from the right
+#
+# KernelBench's Hinge loss passes predictions of shape $(N, N)$ and targets of shape $(N,)$.
+# PyTorch aligns shapes at their **last** dimension, so `y` is stretched along the rows:
+# element `[i, j]` is paired with `y[j]`, not `y[i]`. That is almost certainly not what the
+# author of the problem meant (a per-sample label would be `y[:, None]`), but it is what the
+# reference computes, so it is what our kernels must compute. A small example on the CPU:
+
+# %%
+p = torch.tensor([[0.5, -2.0, 1.5],
+                  [3.0, 0.25, -1.0],
+                  [-0.5, 1.0, 2.0]])
+y = torch.tensor([1.0, -1.0, 1.0])
+print("p * y =\n", p * y, "\n(column j is multiplied by y[j])")
+by_hand = torch.tensor([[max(0.0, 1 - p[i, j].item() * y[j].item()) for j in range(3)]
+                        for i in range(3)]).mean()
+print("PyTorch:", get_loss("hinge").reference(p, y).item())
+print("by hand, element [i, j] uses y[j]:", by_hand.item())
+print("per-row labels y[:, None] would give:", torch.clamp(1 - p * y[:, None], min=0).mean().item())
+
+# %% [markdown]
+# ## What PyTorch dispatches: temporaries and bytes
+#
+# In eager mode every operator in the expression runs on its own: it reads its inputs from
+# GPU memory and writes its whole result back, and the next operator reads that result
+# again. We can list the operators without a GPU: a `TorchDispatchMode` sees every ATen
+# operator PyTorch runs, and on `meta` tensors (shapes without data) nothing is computed,
+# so the KernelBench sizes cost nothing. For each operator we count the bytes of its
+# tensor inputs (read) and outputs (written).
+
+# %%
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class Traffic(TorchDispatchMode):
+    """Records every ATen operator a function runs, with the bytes it reads and writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        op = func.overloadpacket.__name__
+        reads = sum(t.nbytes for t in ins)
+        if op == "nll_loss_forward":  # reads the targets and ONE log-probability per row
+            log_probs, target = ins[:2]
+            reads = target.nbytes + target.numel() * log_probs.element_size()
+        self.ops.append({"op": op, "shape": tuple(outs[0].shape), "reads": reads,
+                         "writes": sum(t.nbytes for t in outs)})
+        return out
+
+
+def trace(name, shape):
+    loss = get_loss(name)
+    inputs = loss.make_inputs(shape, None, "meta")
+    with Traffic() as traffic:
+        loss.reference(*inputs)
+    return traffic.ops
+
+
+traces = {name: trace(name, KERNELBENCH[name]) for name in LOSS_NAMES}
+
+# %%
+GiB = 2**30
+lines = ["| loss | ATen op | result (a temporary unless 0-d) | reads (GiB) | writes (GiB) |",
+         "|---|---|---|---|---|"]
+for name, ops in traces.items():
+    for op in ops:
+        lines.append(f"| {name} | `{op['op']}` | {tuple(op['shape'])} | "
+                     f"{op['reads'] / GiB:.3f} | {op['writes'] / GiB:.3f} |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# Three of the four losses show their temporaries plainly: MSE writes `p - t` and its
+# square, each as large as an input; Hinge writes three full-size temporaries; cross-entropy
+# writes the whole `log_softmax` matrix and then reads one entry per row of it. Smooth L1 is
+# a single ATen operator, `smooth_l1_loss`, so this trace cannot see what it does inside:
+# the profiler below can, and exercise {ref}`ch1-smooth-l1-bytes` asks you to count it.
+#
+# For MSE the count is worth doing by hand. With $n = 2^{30}$ elements of 4 bytes:
+
+# %%
+n = 1 << 30
+steps = [  # (operation, kernel, elements read, elements written), in units of n
+    ("`d = p - t`", "sub", 2, 1),
+    ("`d ** 2`", "pow", 1, 1),
+    ("`torch.mean(...)`", "mean", 1, 0),
+]
+lines = ["| step | reads | writes | bytes moved |", "|---|---|---|---|"]
+for what_, kernel, r, w in steps:
+    lines.append(f"| {what_} ({kernel}) | {r}n | {w}n | {(r + w) * n * 4 / GiB:.0f} GiB |")
+reads = sum(r for *_, r, _ in steps)
+writes = sum(w for *_, w in steps)
+eager_bytes = (reads + writes) * n * 4
+must_bytes = get_loss("mse").min_bytes((n,))
+lines.append(f"| **eager total** | {reads}n | {writes}n | {eager_bytes / GiB:.0f} GiB |")
+lines.append(f"| **must read** (p and t once) | 2n | 0 | {must_bytes / GiB:.0f} GiB |")
+display(Markdown("\n".join(lines)))
+traced = sum(op["reads"] + op["writes"] for op in traces["mse"])
+assert abs(traced - eager_bytes) <= 16, (traced, eager_bytes)  # the trace agrees (up to the 0-d result)
+print(f"eager MSE moves {eager_bytes / must_bytes:.1f}x the bytes it must read")
+
+# %% [markdown]
+# A memory-bound kernel's time is proportional to the bytes it moves, so eager MSE should
+# take about three times as long as a fused version that reads `p` and `t` once and keeps
+# `(p - t) ** 2` in registers. We measure that below.
+#
+# ## What the GPU runs: the profiler
+#
+# The ATen operators are not yet kernels: one operator may launch several kernels, or a
+# memset, and `torch.compile` replaces the whole expression by kernels it generates.
+# `torch.profiler` with CUDA activities records each kernel the GPU actually ran and its
+# GPU time. We profile one call of each loss at the KernelBench size, eager and compiled
+# (`torch.compile(..., dynamic=False)`: code specialised for each shape, recompiled for each
+# new one). The first, unprofiled call warms up (and compiles).
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import re
+
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+compiled = {name: torch.compile(get_loss(name).reference, dynamic=False) for name in LOSS_NAMES}
+
+
+def short(kernel_name, width=88):
+    """A kernel's name without namespaces and arguments, cut to `width` characters."""
+    name = re.sub(r"\b(void |at::native::|at::detail::|at::cuda::|\(anonymous namespace\)::)", "",
+                  kernel_name).split("(")[0]
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def gpu_kernels(fn, inputs):
+    """Profile one call of fn: the profiler and the (name, microseconds) of each GPU activity."""
+    fn(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*inputs)
+        torch.cuda.synchronize()
+    return prof, [(e.name, e.time_range.elapsed_us()) for e in prof.events()
+                  if e.device_type == DeviceType.CUDA]
+
+
+generator = torch.Generator(device="cuda").manual_seed(0)
+launched = {}
+for name in LOSS_NAMES:
+    inputs = get_loss(name).make_inputs(KERNELBENCH[name], generator, "cuda")
+    for provider, fn in (("eager", get_loss(name).reference), ("torch.compile", compiled[name])):
+        prof, launched[name, provider] = gpu_kernels(fn, inputs)
+        if (name, provider) == ("mse", "eager"):
+            print("torch.profiler's own table, eager MSE at 2^30 elements:")
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=8,
+                                            max_name_column_width=70))
+    del inputs
+    torch.cuda.empty_cache()
+
+for (name, provider), found in launched.items():
+    total = sum(us for _, us in found)
+    print(f"\n{name}, {provider}: {len(found)} GPU activities, {total / 1e3:.3f} ms in all")
+    for kernel_name, us in found:
+        print(f"  {us / 1e3:8.3f} ms  {short(kernel_name)}")
+
+# %% [markdown]
+# Eager MSE runs one kernel per operator: an element-wise subtract (PyTorch implements
+# `p - t` as an add with `alpha=-1`, hence `CUDAFunctor_add`), an element-wise power and a
+# mean reduction. At this size each appears **twice**: ATen's element-wise and reduction
+# kernels address memory with 32-bit offsets, a 4 GiB tensor has more bytes than those can
+# reach, so PyTorch splits each operation into launches over the two halves of the tensor
+# (and each reduction launch first clears a few bytes with a memset). The times follow the
+# bytes: the subtract, which moves 12 GiB, takes longest; the power (8 GiB) and the mean
+# (4 GiB) less in proportion. Hinge's broadcasting multiply runs a generic
+# `elementwise_kernel` instead of the vectorised one, a little slower for the same bytes.
+# Eager cross-entropy's two kernels, `log_softmax`'s and `nll_loss`'s, live in an anonymous
+# namespace, which the shortened names above cut off.
+#
+# The compiled losses run kernels whose names start with `triton_` and list the operators
+# they fused (`mean`, `pow`, `sub` for MSE): Inductor, the compiler behind `torch.compile`,
+# generated Triton kernels that read each input once and never write the temporaries. For a
+# reduction this large it splits the sum: a big kernel reads everything and writes partial
+# sums, and a tiny one adds those (the second line of each compiled loss). Cross-entropy's
+# first kernel, `prepare_softmax_online`, makes one pass over each row computing its maximum
+# and its sum of exponentials together: the online softmax {cite}`milakov2018online` that
+# chapter 5 builds by hand. (To read the generated code, run with the environment variable
+# `TORCH_LOGS=output_code`.)
+#
+# ## Measuring the GPU
+#
+# Three numbers about the GPU itself, measured here, in the same process as everything else:
+#
+# - the **read bandwidth**: `torch.sum` over a 4 GiB float32 tensor (`kernels.bench.read_bandwidth`),
+#   the course's "speed of light" for a loss, which only has to read;
+# - the **copy bandwidth**: a 4 GiB device-to-device copy, counting bytes read plus bytes
+#   written (`kernels.bench.copy_bandwidth`), the rate for a kernel that also writes, such as
+#   each of eager MSE's element-wise steps;
+# - the **launch floor**: an addition of two 1-element tensors, the least work a kernel can
+#   do. `kernels.bench.time_ms` gives its GPU time (CUDA events, with the GPU kept busy while
+#   Python launches it), and `kernels.bench.launch_overhead_ms` the time Python waits from the
+#   call to the result (launch, run, synchronise): what a loop pays per kernel when it waits
+#   for every result.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+gpu_name = torch.cuda.get_device_name()
+peak = bench.read_bandwidth()
+copy = bench.copy_bandwidth()
+one = torch.ones(1, device="cuda")
+add_gpu_ms = bench.time_ms(torch.add, [(one, one)])
+add_host_ms = bench.launch_overhead_ms(torch.add, (one, one))
+# Stored with the sweep, as rows of "loss" memory and launch (ms back from GB/s for the first two).
+gpu_rows = [
+    bench.Measurement("memory", "read (torch.sum)", (1 << 30,), 1 << 32, (1 << 32) / peak / 1e6),
+    bench.Measurement("memory", "copy (read + write)", (1 << 30,), 1 << 33, (1 << 33) / copy / 1e6),
+    bench.Measurement("launch", "1-element add, GPU time", (1,), 8, add_gpu_ms),
+    bench.Measurement("launch", "1-element add, call to result", (1,), 8, add_host_ms),
+]
+print(f"{gpu_name}: read {peak:.0f} GB/s, copy {copy:.0f} GB/s")
+print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, {add_host_ms * 1e3:.1f} us from call to result")
+
+# %% [markdown]
+# ## Eager and compiled, at every size
+#
+# Now the sweep: each loss from $2^{12}$ to $2^{30}$ elements (`kernels.bench.SIZES`, a step
+# of 4x), timed by `kernels.bench.bench_loss` (CUDA events, median of 100 calls, inputs rotated
+# so that small sizes are read from memory and not from L2). Because `dynamic=False` compiles
+# once per shape, `torch.compile` is measured at every other size (which includes the
+# KernelBench size) to keep the compile time down. Cross-entropy keeps 4096 classes and varies
+# the rows (from 1 to $2^{18}$, plus KernelBench's 32768); compiled at the rows of every other
+# size and at 32768. Everything lands in `book/results/ch1.csv`, which the rest of the chapter
+# reads.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import time
+
+started = time.perf_counter()
+COMPILE_SIZES = SIZES[1::2]
+CLASSES = 4096
+measured = []
+for name in ("mse", "smooth_l1", "hinge"):
+    kernelbench = math.prod(KERNELBENCH[name])  # always measured, even when SIZES is cut short
+    for n in sorted(set(SIZES) | {kernelbench}):
+        providers = {"eager": get_loss(name).reference}
+        if n in COMPILE_SIZES or n == kernelbench:
+            providers["torch.compile"] = compiled[name]
+        measured += bench.bench_loss(providers, name, bench.element_wise_shape(n, name))
+for rows_ in sorted({n // CLASSES for n in SIZES} | {32768}):
+    providers = {"eager": get_loss("cross_entropy").reference}
+    if rows_ * CLASSES in COMPILE_SIZES or rows_ == 32768:
+        providers["torch.compile"] = compiled["cross_entropy"]
+    measured += bench.bench_loss(providers, "cross_entropy", (rows_, CLASSES))
+path = results.save(results.rows_from(gpu_rows + measured, gpu_name, "ch1", peak), "ch1")
+print(f"{len(measured)} measurements in {time.perf_counter() - started:.0f} s -> {path.name}")
+
+# %% [markdown]
+# From here on the chapter reads the measurements from the CSV file, so these cells run (and
+# the book builds) without a GPU.
+
+# %%
+rows = results.load("ch1")
+peak = rows[0]["peak_gbps"]
+memory = {r["provider"]: r for r in results.select(rows, loss="memory")}
+launch = {r["provider"]: r for r in results.select(rows, loss="launch")}
+
+
+def at(loss, provider, shape):
+    """The measured row of one loss, provider and shape."""
+    return results.select(rows, loss=loss, provider=provider, shape=tuple(shape))[0]
+
+
+print(f"measured on {rows[0]['gpu']}")
+print(f"read bandwidth (torch.sum, 4 GiB): {peak:.0f} GB/s")
+print(f"copy bandwidth (4 GiB, read + write): {memory['copy (read + write)']['gbps']:.0f} GB/s")
+
+# %% [markdown]
+# ### Bytes predict the time
+#
+# At the KernelBench sizes, here is every loss's eager and compiled time, next to the bytes
+# eager mode moves according to the trace above. If the kernels are memory-bound, the ratio of
+# the times should follow the ratio of the bytes.
+
+# %%
+lines = ["| loss | eager (ms) | torch.compile (ms) | time eager / compile | "
+         "bytes eager moves / must read |", "|---|---|---|---|---|"]
+ratios = {}
+for name in LOSS_NAMES:
+    eager, comp = at(name, "eager", KERNELBENCH[name]), at(name, "torch.compile", KERNELBENCH[name])
+    moved = sum(op["reads"] + op["writes"] for op in traces[name]) / eager["bytes"]
+    ratios[name] = (eager["ms"] / comp["ms"], moved)
+    bytes_cell = "exercise 1" if name == "smooth_l1" else f"{moved:.2f}x"
+    lines.append(f"| {name} | {eager['ms']:.3f} | {comp['ms']:.3f} | "
+                 f"{eager['ms'] / comp['ms']:.2f}x | {bytes_cell} |")
+display(Markdown("\n".join(lines)))
+time_ratio, byte_ratio = ratios["mse"]
+print(f"eager MSE moves {byte_ratio:.1f}x the bytes and takes {time_ratio:.1f}x the time of torch.compile")
+ce = at("cross_entropy", "torch.compile", KERNELBENCH["cross_entropy"])
+print(f"compiled cross-entropy at 32768 x 4096 reaches {100 * ce['gbps'] / peak:.0f}% of the read bandwidth")
+
+# %% [markdown]
+# For the element-wise losses, compare the two ratios: the time ratio follows the byte ratio
+# when both versions run at the bandwidth (Hinge's eager version is a little slower than its
+# bytes predict: see its broadcasting multiply in the profiler output). "Bytes moved" is a model, not a law: where the
+# compiled kernel does not itself reach the read bandwidth (the tables below give its GB/s,
+# and cross-entropy is the case to look at), the ratio of times is smaller than the ratio of
+# bytes. Chapter 5 writes a cross-entropy kernel that reaches it.
+#
+# ## The roofline: why FLOPs do not matter
+#
+# A kernel needs at least the time to move its bytes, $B / W$, and the time to do its
+# arithmetic, $F / P$, where $W$ is the memory bandwidth and $P$ the arithmetic rate
+# {cite}`williams2009roofline`. Which one wins depends on the **arithmetic intensity**
+# $I = F / B$, the flops per byte moved: a kernel is memory-bound when $I$ is below the
+# **ridge point** $P / W$. MSE does 3 flops (subtract, multiply, add) per 8 bytes read,
+# $I = 0.375$ flop/byte. Hinge does 4 (multiply, subtract, max, add) per 4 bytes; cross-entropy
+# about 4 per logit (a max, a subtract, an exp, an add); Smooth L1 about 5 per 8 bytes.
+#
+# The ridge point needs the GPU's float32 rate. We do not measure it here: the number below
+# is **NVIDIA's datasheet figure** for non-tensor-core FP32, divided by the read bandwidth we
+# measured.
+
+# %%
+# FP32 (non-tensor-core) peak TFLOP/s from NVIDIA's datasheets: NOT measured. First match wins.
+DATASHEET_FP32_TFLOPS = [("H100 PCIe", 51.0), ("H100 NVL", 60.0), ("H100", 67.0), ("H200", 67.0),
+                         ("A100", 19.5), ("L40S", 91.6), ("L4", 30.3), ("A10G", 31.2),
+                         ("T4", 8.1), ("V100", 15.7)]
+tflops = next((f for key, f in DATASHEET_FP32_TFLOPS if key in rows[0]["gpu"]), None)
+FLOPS_PER_ELEMENT = {"mse": 3, "smooth_l1": 5, "hinge": 4, "cross_entropy": 4}
+if tflops is None:
+    print(f"no datasheet FP32 rate listed for {rows[0]['gpu']}: add it to DATASHEET_FP32_TFLOPS")
+else:
+    ridge = tflops * 1e12 / (peak * 1e9)
+    print(f"datasheet FP32 rate {tflops:.0f} TFLOP/s / measured {peak:.0f} GB/s: "
+          f"ridge point {ridge:.1f} flop/byte")
+    lines = ["| loss | flop per byte | time for the bytes (ms) | time for the flops (ms) | "
+             "torch.compile (ms) |", "|---|---|---|---|---|"]
+    for name in LOSS_NAMES:
+        shape = KERNELBENCH[name]
+        flops = FLOPS_PER_ELEMENT[name] * math.prod(shape)
+        nbytes = get_loss(name).min_bytes(shape)
+        lines.append(f"| {name} | {flops / nbytes:.3f} | {nbytes / peak / 1e6:.3f} | "
+                     f"{flops / tflops / 1e9:.4f} | {at(name, 'torch.compile', shape)['ms']:.3f} |")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# Every loss sits far left of the ridge: its arithmetic would take a small fraction of the
+# time its bytes take, and the GPU's arithmetic units idle while they wait for memory. So
+# counting flops, or making them cheaper, changes nothing; only the bytes count. The best a
+# loss kernel can do is read each input once at the read bandwidth, which is what the
+# compiled element-wise losses already come close to. The plot below shows the same picture
+# as a roofline, with each loss's compiled version at its KernelBench size.
+
+# %% tags=["nbval-ignore-output"]
+import matplotlib.pyplot as plt
+
+if tflops is not None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    intensity = [2.0 ** k for k in range(-4, 9)]
+    ax.loglog(intensity, [min(tflops * 1e3, i * peak) for i in intensity], color="black",
+              label="roofline: min(datasheet FP32, I x measured read bandwidth)")
+    for name in LOSS_NAMES:
+        shape = KERNELBENCH[name]
+        flops = FLOPS_PER_ELEMENT[name] * math.prod(shape)
+        comp = at(name, "torch.compile", shape)
+        ax.plot(flops / comp["bytes"], flops / comp["ms"] / 1e6, "o", label=f"{name} (torch.compile)")
+    ax.axvline(ridge, color="gray", linestyle=":", label=f"ridge point, {ridge:.0f} flop/byte")
+    ax.set_xlabel("arithmetic intensity (flop per byte that must be read)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"Roofline of the four losses on {rows[0]['gpu']}")
+    ax.legend(fontsize=8, loc="upper left")
+    plt.show()
+
+# %% [markdown]
+# ## Throughput against size
+#
+# The chapter's main plot: effective bandwidth (bytes that must be read / time) of eager and
+# compiled PyTorch for each loss across sizes, with the measured read bandwidth as the dotted
+# line. Compiled points are every other size (see above).
+
+# %% tags=["nbval-ignore-output"]
+fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+for name, ax in zip(LOSS_NAMES, axes.flat):
+    kernels.plot_throughput(rows, name, providers=["eager", "torch.compile"], ax=ax,
+                            title=name + (" (4096 classes)" if name == "cross_entropy" else ""))
+fig.suptitle(f"PyTorch's losses on {rows[0]['gpu']}")
+fig.tight_layout()
+plt.show()
+
+# %%
+for name in LOSS_NAMES:
+    display(Markdown(f"**{name}**\n\n" + results.markdown_table(rows, ["eager", "torch.compile"], name)))
+
+# %% [markdown]
+# On the right of each plot, the large sizes: compiled MSE, Smooth L1 and Hinge run close to
+# the read bandwidth, and eager mode sits at the fraction its extra bytes allow. On the left,
+# every curve collapses: at a few thousand elements no loss gets anywhere near the bandwidth,
+# whatever it does. That is the launch floor.
+#
+# ## The launch-latency floor
+#
+# A kernel launch costs time however little the kernel does. Below some size the loss's time
+# is that fixed cost, and its effective bandwidth grows in proportion to the size; above it,
+# the time grows with the bytes and the bandwidth levels off. We call a loss
+# **bandwidth-bound** from the first measured size at which it reaches half of its own best
+# throughput (the plateau on the right of its curve). Half of the read bandwidth is the
+# stricter test: eager losses, which move several times the bytes they must, may never pass it.
+
+# %%
+gpu_us = launch["1-element add, GPU time"]["ms"] * 1e3
+host_us = launch["1-element add, call to result"]["ms"] * 1e3
+print(f"1-element add: {gpu_us:.1f} us of GPU time; {host_us:.1f} us from the Python call to the result")
+
+
+def by_size(loss, provider):
+    return sorted(results.select(rows, loss=loss, provider=provider), key=lambda r: math.prod(r["shape"]))
+
+
+def crossover(loss, provider, fraction=0.5, of_peak=False):
+    """The first measured size at which a provider reaches `fraction` of its own best
+    throughput (or, with of_peak=True, of the read bandwidth); None if it never does."""
+    mine = by_size(loss, provider)
+    limit = fraction * (mine[0]["peak_gbps"] if of_peak else max(r["gbps"] for r in mine))
+    return next((r for r in mine if r["gbps"] >= limit), None)
+
+
+def elements(row):
+    return f"{math.prod(row['shape']):,}" if row else "never"
+
+
+lines = ["| loss | provider | time at the smallest size (us) | x the 1-element add | "
+         "half its best from (elements) | half the read bandwidth from (elements) |",
+         "|---|---|---|---|---|---|"]
+for name in LOSS_NAMES:
+    for provider in ("eager", "torch.compile"):
+        smallest = by_size(name, provider)[0]
+        lines.append(f"| {name} | {provider} | {smallest['ms'] * 1e3:.1f} "
+                     f"({math.prod(smallest['shape']):,} elements) | "
+                     f"{smallest['ms'] * 1e3 / gpu_us:.1f} | {elements(crossover(name, provider))} | "
+                     f"{elements(crossover(name, provider, of_peak=True))} |")
+display(Markdown("\n".join(lines)))
+smallest = by_size("mse", "eager")[0]
+print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes {smallest['ms'] * 1e3:.1f} us, "
+      f"{smallest['ms'] * 1e3 / gpu_us:.1f}x the 1-element add: it launches {len(traces['mse'])} kernels")
+
+# %% [markdown]
+# At the smallest sizes every loss takes many times the empty kernel's GPU time, and its
+# time hardly grows with the size: the GPU is not busy with the data, it is waiting for the
+# host. Each call runs Python and PyTorch's dispatcher on the CPU before each of its kernels
+# can launch; `kernels.bench.time_ms` keeps the GPU busy (clearing a buffer twice the size of
+# L2) while the host does that, but when the host needs longer than the clear, the events
+# measure the host's time. Eager mode pays that per operator. `torch.compile` launches fewer
+# kernels, but every call first runs Python code of its own (Dynamo's checks that the inputs
+# still match the compiled shapes, then Inductor's generated wrapper): compare the two
+# providers on the left of each plot and in the table to see which costs more on this
+# machine. Below the crossing, making a kernel faster changes nothing; what counts there is
+# the work done per call on the host and the number of launches. (The compiled curves are
+# measured at every other size, so their crossing points are known only to within a factor
+# of 16.)
+#
+# ## Accuracy: the bar PyTorch sets
+#
+# A loss over $2^{30}$ float32 values is a sum of $2^{30}$ terms, and float32 has 24 bits of
+# mantissa. How accurate is PyTorch's own float32 reduction? We compare `torch.mean` on a
+# float32 tensor with the float64 mean of the same values.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+generator = torch.Generator(device="cuda").manual_seed(0)
+x = torch.rand(1 << 30, device="cuda", generator=generator)
+mean32 = torch.mean(x).item()
+mean64 = torch.mean(x.double()).item()
+error = abs(mean32 - mean64) / abs(mean64)
+print(f"torch.mean, float32, 2^30 elements: {mean32!r}; float64: {mean64!r}")
+print(f"relative error {error:.2e}, {error / 2**-24:.2f}x float32's unit roundoff 2^-24")
+del x
+torch.cuda.empty_cache()
+
+# %% [markdown]
+# PyTorch's reduction is a tree: each thread adds a strided slice, then threads and blocks
+# combine their partial sums, so no partial sum grows much larger than the terms added to it.
+# The naive alternative, one running float32 sum from the first element to the last, is much
+# worse: once the running sum is large, each small term loses most of its bits when added.
+# `numpy.cumsum` in float32 is exactly that sequential sum, and each of its outputs is the sum
+# so far, so one call gives the error at every prefix length. (`torch.cumsum` will not do:
+# on the CPU it accumulates in float64, and on the GPU it is a parallel scan.)
+
+# %% tags=["nbval-ignore-output"]
+import numpy as np
+
+values = torch.rand(1 << 24, generator=torch.Generator().manual_seed(0)).numpy()
+sequential = np.cumsum(values, dtype=np.float32)
+exact = np.cumsum(values, dtype=np.float64)
+lines = ["| elements | sequential float32 sum: relative error | torch.sum on the CPU (float32): relative error |",
+         "|---|---|---|"]
+for k in (12, 16, 20, 24):
+    m = 1 << k
+    tree = torch.from_numpy(values[:m]).sum().item()
+    lines.append(f"| 2^{k} | {abs(sequential[m - 1] - exact[m - 1]) / exact[m - 1]:.1e} | "
+                 f"{abs(tree - exact[m - 1]) / exact[m - 1]:.1e} |")
+display(Markdown("\n".join(lines)))
+worst = max(abs(sequential[(1 << k) - 1] - exact[(1 << k) - 1]) / exact[(1 << k) - 1] for k in (16, 20, 24))
+print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.0f}x float32's unit roundoff")
+
+# %% [markdown]
+# The sequential sum loses digits as soon as the running sum dwarfs the terms: its error is
+# many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while the blocked sum's
+# stays near or below it. PyTorch's GPU
+# reduction over $2^{30}$ elements, measured above, sets the bar for the rest of the course:
+# our float32 kernels must agree with the float64 reference at least as well as PyTorch's own
+# reduction does, at every size. Chapter 4 returns to how the order of the additions decides
+# it.
+#
+# ## Summary
+#
+# - Eager PyTorch runs one kernel per operator and writes every temporary to memory: MSE moves
+#   three times the bytes it must, Hinge seven times (its byte count above), and its time
+#   follows the bytes.
+# - `torch.compile` fuses each element-wise loss into generated kernels that read each input
+#   once, and runs close to the read bandwidth at large sizes. That is the baseline our CUDA
+#   kernels must match; for cross-entropy it leaves room, which chapter 5 takes.
+# - Losses are far below the ridge point of the roofline: only bytes matter.
+# - Small inputs are latency-bound: the time is set by the host's work per call and the
+#   launches, not by the bytes, and `torch.compile`'s own per-call overhead counts there too.
+# - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small (measured
+#   above); a sequential float32 sum does not. Our kernels must do at least as well.
+#
+# ## Exercises
+#
+# The checks below compare your answers with numbers computed from this chapter's
+# measurements (`book/results/ch1.csv`) and print PASS, FAIL with the expected and the given
+# value, or TODO while the answer is still `None`.
+
+# %%
+def check_answer(what, got, expected, rtol=0.01):
+    """Print PASS, FAIL (expected vs got) or TODO for one answer; never raise."""
+    if got is None:
+        print(f"TODO: {what}: replace None by your answer above and rerun this cell")
+        return
+    try:
+        ok = math.isclose(float(got), float(expected), rel_tol=rtol)
+    except (TypeError, ValueError):
+        print(f"FAIL: {what}: expected a number, got {got!r}")
+        return
+    if ok:
+        print(f"PASS: {what}")
+    else:
+        print(f"FAIL: {what}: expected {float(expected):.6g}, got {float(got):.6g} "
+              f"(tolerance {rtol:.0%})")
+
+# %% [markdown]
+# ````{exercise} The bytes of eager Smooth L1
+# :label: ch1-smooth-l1-bytes
+#
+# The trace above sees Smooth L1 as one operator, `smooth_l1_loss`, but the profiler output
+# lists what the GPU ran for it. From the kernels it launches, and what each one must read and
+# write, predict how many bytes eager Smooth L1 moves at $2^{30}$ elements (float32). (At
+# this size every ATen kernel is launched twice, once per half of the tensor: count the
+# distinct kernels.) Then
+# predict its time from your byte count and the measured read bandwidth, and compare with the
+# measured eager time.
+#
+# ```{admonition} Hint
+# :class: dropdown
+# Count the kernels of `smooth_l1, eager` in the profiler output. An element-wise kernel with
+# two inputs and one output reads $2n$ and writes $n$ elements; a reduction reads $n$ and
+# writes one number. Is there a temporary, like MSE's `d ** 2`?
+# ```
+# ````
+
+# %%
+smooth_l1_bytes = None  # TODO: bytes moved by eager Smooth L1 at 2^30 float32 elements
+
+# %%
+n = 1 << 30
+check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes, 4 * n * 4)
+
+# %% [markdown]
+# ````{exercise} Where the launch floor ends
+# :label: ch1-launch-crossover
+#
+# Using `rows` (the measurements of this chapter), find the smallest measured size, in
+# elements, at which **eager** MSE reaches half of its own best throughput: the size where
+# launch latency stops dominating. Why does eager MSE never reach half of the read bandwidth?
+#
+# ```{admonition} Hint
+# :class: dropdown
+# `results.select(rows, loss="mse", provider="eager")` gives the rows; sort them by
+# `math.prod(row["shape"])` and compare each `row["gbps"]` with half of the largest
+# `row["gbps"]`. For the second question, count the bytes eager MSE moves.
+# ```
+# ````
+
+# %%
+mse_crossover_elements = None  # TODO: first size (elements) where eager MSE reaches half its best GB/s
+
+# %%
+check_answer("first size where eager MSE reaches half its best throughput",
+             mse_crossover_elements, math.prod(crossover("mse", "eager")["shape"]), rtol=0)
+
+# %% [markdown]
+# ````{exercise} The roofline of cross-entropy
+# :label: ch1-ce-roofline
+#
+# For cross-entropy at KernelBench's size ($32768 \times 4096$ float32 logits, int64
+# targets), counting 4 flops per logit and only the bytes that must be read: compute the
+# arithmetic intensity (flop per byte) and the roofline time in milliseconds (the bytes over
+# the measured read bandwidth). What fraction of that limit do eager PyTorch and
+# `torch.compile` reach?
+#
+# ```{admonition} Hint
+# :class: dropdown
+# The bytes: every logit once (4 bytes) and every target once (8 bytes, int64), which is
+# `get_loss("cross_entropy").min_bytes((32768, 4096))`. The bandwidth is `peak` in GB/s:
+# $10^9$ bytes per second.
+# ```
+# ````
+
+# %%
+ce_intensity = None  # TODO: flop per byte
+ce_roofline_ms = None  # TODO: milliseconds at the measured read bandwidth
+
+# %%
+ce_bytes = get_loss("cross_entropy").min_bytes((32768, 4096))
+check_answer("arithmetic intensity of cross-entropy", ce_intensity, 4 * 32768 * 4096 / ce_bytes)
+check_answer("roofline time of cross-entropy (ms)", ce_roofline_ms, ce_bytes / peak / 1e6)

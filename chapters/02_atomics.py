@@ -1,0 +1,362 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 2: atomicAdd, the first fused kernel
+#
+# Chapter 1 measured what `torch.mean((pred - target) ** 2)` costs in eager PyTorch: three
+# kernels (subtract, square, mean), each reading and writing whole tensors. A loss only has to
+# read each input once. This chapter writes the first kernel that does that: every thread
+# subtracts, squares and adds its share into the result, in one pass over memory.
+#
+# The simplest way for thousands of threads to add into one number is `atomicAdd`: a
+# read-modify-write that the memory system performs indivisibly. We start with one atomic per
+# element, see why it is slow (contention), and cut the number of atomics by accumulating per
+# thread, then per warp, then per block. Along the way we meet a problem that no amount of speed
+# fixes: float atomics do not give the same answer twice.
+
+# %%
+import math
+
+import numpy as np
+import torch
+
+import kernels
+from kernels import CheckFailed, KernelBuildError, bench, check, load, results
+from kernels.notebook import show_source
+
+# %% tags=["gpu", "nbval-ignore-output"]
+GPU = torch.cuda.get_device_name()
+PEAK = bench.read_bandwidth()  # torch.sum over 4 GiB: the read bandwidth of this GPU
+print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+
+# %% [markdown]
+# ## From Python to a kernel: the binding
+#
+# Every kernel file of the course is plain CUDA: no PyTorch headers, which is what keeps a build
+# down to seconds. PyTorch tensors reach it through a small C struct. The binding fills it and
+# the kernel file's *launcher* reads it:
+
+# %%
+show_source("common/loss_args.h")
+
+# %% [markdown]
+# The binding is shared by every element-wise loss of the course. Read it once, top to bottom:
+
+# %%
+show_source("bindings/reduction.cpp")
+
+# %% [markdown]
+# What it does, in order:
+#
+# - **Checks** device, dtype and shapes with `TORCH_CHECK`, which raises a Python
+#   `RuntimeError` with the message. A kernel must never see a tensor it cannot handle: a
+#   float64 tensor read as float32 is garbage, a CPU pointer dereferenced on the GPU a crash.
+# - **Broadcasting**: a target whose shape is a trailing part of the prediction's shape is
+#   allowed, as in PyTorch (chapter 3 needs it for Hinge); the kernel gets its length.
+# - **Empty input** returns NaN, as `torch.mean` of nothing does, without launching anything.
+# - **Contiguous** copies of strided views, so the kernel can index `pred[i]` directly.
+# - `CUDAGuard` makes the inputs' GPU the current one; the launch goes on PyTorch's current
+#   **stream**, so it is ordered with everything else PyTorch does.
+# - The result is a **0-d tensor** (`at::empty({})`), the shape PyTorch's `mean` returns, and it
+#   is *uninitialised*: the launcher must write it. So is the workspace, scratch memory the
+#   launchers of later chapters use.
+# - The launcher returns a `cudaError_t`; anything but `cudaSuccess` becomes a Python error.
+
+# %% [markdown]
+# ## Version 1: one atomic per element
+#
+# One thread per element; each computes its squared error and adds it into the output with
+# `atomicAdd`. The launcher zeroes the output first and divides by $n$ at the end, all on the
+# stream: no value ever goes back to the host.
+
+# %%
+show_source("ch2_atomics/v1_atomic_per_element.cu")
+
+# %% [markdown]
+# The pieces every kernel of the course has:
+#
+# - **Launch configuration**: `<<<blocks, kThreads, 0, stream>>>` starts `blocks` blocks of
+#   256 threads each, enough blocks (`ceil_div(n, 256)`) that there is a thread for every element.
+# - **Indexing**: thread `threadIdx.x` of block `blockIdx.x` takes element
+#   `blockIdx.x * blockDim.x + threadIdx.x`, computed in 64 bits: a 32-bit product overflows past
+#   $2^{31}$ elements.
+# - **Bounds**: the last block usually has threads past the end, which must do nothing.
+# - **Checking the launch**: a launch that cannot run (too many threads per block, too much shared
+#   memory) does not raise anything by itself; `cudaGetLastError()` returns its error, and the
+#   binding turns it into an exception. A launcher that forgets this fails silently.
+#
+# `kernels.load` builds the file. It hashes every source that goes in (the `.cu`, the binding,
+# the headers), so an edited kernel is never served from a stale cache, compiles the `.cu` with
+# nvcc and the binding with the host compiler, and registers each launcher it finds as a PyTorch
+# operator with `TORCH_LIBRARY`. This is the code it appends to the binding for a file that
+# defines `mse_launch`:
+
+# %%
+from kernels.load import registration
+
+print(registration("mylib", [("mse", "ReductionArgs")]))
+
+# %% [markdown]
+# A build takes seconds, not the minute that `torch/extension.h` and pybind11 cost: the kernel
+# file includes only CUDA headers and the binding only the few ATen headers it needs. A second
+# `load` of unchanged sources, even in another process, reuses the build. The result is a
+# `Kernel` whose attributes are the registered ops: `v1.mse` is `torch.ops.<library>.mse`, and
+# calling it runs the binding, which calls this launcher of the file:
+
+# %%
+show_source("ch2_atomics/v1_atomic_per_element.cu", start='extern "C"', end="}")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v1 = load("ch2_atomics/v1_atomic_per_element.cu")
+v1
+
+# %% [markdown]
+# Before any timing, correctness. `kernels.check` compares the op with PyTorch in float64 on
+# awkward sizes (one element, less than a block, not a multiple of the block, 2-D), fresh random
+# inputs, an allocator poisoned with NaN, and checks the result's shape, dtype and device:
+
+# %% tags=["gpu"]
+check(v1.mse, "mse")
+
+# %% [markdown]
+# Bad inputs get a clear error from the binding instead of a wrong answer. (A CPU tensor does not
+# even reach our code: the op is registered for CUDA only, so PyTorch's dispatcher refuses it.)
+
+# %% tags=["gpu"]
+cuda = dict(device="cuda")
+bad_inputs = {
+    "float64": (torch.randn(1000, dtype=torch.float64, **cuda), torch.randn(1000, dtype=torch.float64, **cuda)),
+    "shapes that do not broadcast": (torch.randn(1000, **cuda), torch.randn(999, **cuda)),
+    "a CPU tensor": (torch.randn(1000), torch.randn(1000)),
+}
+for what, args in bad_inputs.items():
+    try:
+        v1.mse(*args)
+        print(f"{what}: no error")
+    except RuntimeError as error:
+        print(f"{what}: {str(error).splitlines()[0].replace(v1.name, '<library>')}")
+
+# %% [markdown]
+# ## Contention
+#
+# All $n$ atomics of version 1 go to one address. Atomics on global memory are performed by the
+# L2 cache, and the L2 serves the atomics to one address one after another; the thousands of
+# threads in flight only queue up. If that is the limit, the time grows in proportion to $n$
+# and the rate of atomics is a constant of the hardware. We time version 1 at a few sizes (only
+# up to $2^{24}$ elements and with few repetitions: at $2^{30}$ a single call would take a large
+# fraction of a second):
+
+# %% tags=["gpu", "nbval-ignore-output"]
+for n in (1 << 16, 1 << 20, 1 << 24):
+    [m] = bench.bench_loss({"v1": v1.mse}, "mse", (n,), reps=10)
+    print(f"n = 2^{n.bit_length() - 1}: {m.ms:8.3f} ms, {n / m.ms / 1e6:6.2f} atomics per ns, "
+          f"{m.gbps:7.1f} GB/s")
+
+# %% [markdown]
+# The rate of atomics (the middle column) hardly moves once the GPU is full: version 1 is limited
+# by how fast one address can be updated, not by memory bandwidth. The cure is fewer atomics.
+#
+# ## Version 2: accumulate in a register first
+#
+# Launch only as many threads as fit on the GPU at once, and let each walk the input with a
+# *grid-stride loop*: thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
+# register and does one atomic at the end. Consecutive threads still read consecutive elements,
+# so the loads of a warp stay coalesced.
+
+# %%
+show_source("ch2_atomics/v2_thread_accumulate.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v2 = load("ch2_atomics/v2_thread_accumulate.cu")
+v2
+
+# %% tags=["gpu"]
+check(v2.mse, "mse")
+
+# %% [markdown]
+# ## Version 3: one atomic per warp
+#
+# The 32 threads of a warp can exchange registers directly with `__shfl_down_sync`. Five
+# exchange steps add the warp's 32 sums into lane 0, which alone issues the atomic.
+
+# %%
+show_source("ch2_atomics/v3_warp_atomics.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v3 = load("ch2_atomics/v3_warp_atomics.cu")
+v3
+
+# %% tags=["gpu"]
+check(v3.mse, "mse")
+
+# %% [markdown]
+# ## Version 4: one atomic per block
+#
+# The warps of a block meet in shared memory: each warp's lane 0 writes its sum, a
+# `__syncthreads()` barrier waits for all of them, and the first warp adds the eight values with
+# shuffles again. One atomic per block remains.
+
+# %%
+show_source("ch2_atomics/v4_block_atomics.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v4 = load("ch2_atomics/v4_block_atomics.cu")
+v4
+
+# %% tags=["gpu"]
+check(v4.mse, "mse")
+
+# %% [markdown]
+# ## The same input, different answers
+#
+# Float addition is not associative: $(a + b) + c$ and $a + (b + c)$ can differ in the last bit.
+# With atomics the order of the additions is whatever order the hardware serves them in, which
+# changes from run to run. We call each version 20 times on the same input and count the distinct
+# results, at $2^{24}$ and (except version 1) at $2^{30}$ elements, and compare with the exact
+# mean computed in float64. `torch.mean` is there for comparison: its reduction has a fixed order.
+
+# %% tags=["gpu"]
+def mse_float64(pred, target, chunk=1 << 26):
+    """The exact MSE (float64), a chunk at a time so that 2^30 elements fit in memory."""
+    total = 0.0
+    for start in range(0, pred.numel(), chunk):
+        d = pred[start:start + chunk].double() - target[start:start + chunk].double()
+        total += torch.dot(d, d).item()
+    return total / pred.numel()
+
+
+def spread(ops, n, runs=20):
+    """Call each op `runs` times on one input; print distinct results, range and error."""
+    pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(1), "cuda")
+    exact = mse_float64(pred, target)
+    for name, op in ops.items():
+        values = np.array([op(pred, target).item() for _ in range(runs)], dtype=np.float32)
+        ulp = np.spacing(np.float32(exact))
+        error = np.abs(values.astype(np.float64) - exact).max() / exact
+        print(f"2^{n.bit_length() - 1:<3} {name:<11} {len(set(values.tolist())):>2} distinct of {runs}, "
+              f"range {(values.max() - values.min()) / ulp:5.0f} ulp, max error vs float64 {error:.1e}")
+    del pred, target
+    torch.cuda.empty_cache()
+
+
+# %% tags=["gpu", "nbval-ignore-output"]
+spread({"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.mse}, 1 << 24)
+spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.mse},
+       bench.SIZES[-1])  # 2^30, less when a validation run limits the sizes
+
+# %% [markdown]
+# Read the output above: the atomic versions give several different results for the same input,
+# `torch.mean` always the same one; and the error against float64 grows with the number of
+# additions that go through one float accumulator. Version 1 should be the worst: near the end
+# of its sum the accumulator is huge, and each small addend is rounded to its precision.
+# A deterministic and more accurate sum is the subject of chapter 4; first, chapter 3 makes the
+# reduction fast.
+#
+# ## Throughput against size
+#
+# We time every version from $2^{12}$ to $2^{30}$ elements against eager PyTorch and
+# `torch.compile`, which fuses the three eager kernels into one reduction. Version 1 is timed only
+# up to $2^{24}$ elements, with fewer repetitions (see above). The rows go to
+# `book/results/ch2.csv`.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import torch._dynamo
+
+# torch.compile(dynamic=False) compiles one graph per size; allow all of them.
+setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
+        else "cache_size_limit", 64)
+compiled_mse = torch.compile(kernels.losses.mse, dynamic=False)
+shapes = [bench.element_wise_shape(n, "mse") for n in bench.SIZES]
+measured = bench.sweep({"eager": kernels.losses.mse, "torch.compile": compiled_mse,
+                        "v2": v2.mse, "v3": v3.mse, "v4": v4.mse}, "mse", shapes)
+measured += bench.sweep({"v1": v1.mse}, "mse", [s for s in shapes if math.prod(s) <= 1 << 24], reps=10)
+results.save(results.rows_from(measured, GPU, "ch2", PEAK), "ch2")
+print(f"{len(measured)} measurements saved")
+
+# %%
+rows = results.load("ch2")
+kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "v1", "v2", "v3", "v4"]);
+
+# %%
+from IPython.display import Markdown
+
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3", "v4"], "mse"))
+
+# %% [markdown]
+# The plot and the table show the ladder: each version issues fewer atomics, and the gains
+# should stop once the atomics no longer matter. What remains between the best version and the
+# bandwidth line is how the loads
+# are made (4 bytes at a time, one per input per thread) and, at small sizes, the three launches
+# per call. Chapter 3 works on both.
+#
+# ## Exercises
+
+# %% [markdown]
+# ````{exercise}
+# :label: ex-ch2-warp-atomics
+#
+# Give version 1 warp-aggregated atomics: keep one element per thread and no loop, but let the
+# 32 lanes of a warp add their values with `__shfl_down_sync` so that only lane 0 calls
+# `atomicAdd`. Edit `kernels/exercises/ch2_warp_atomics.cu` (its `TODO`), run the check below until
+# it passes, then time it against version 1.
+#
+# ```{admonition} Hint
+# :class: dropdown
+# Five shuffle steps, offsets 16, 8, 4, 2, 1, as in version 3. And look at the `return` at the
+# top of the kernel: `__shfl_down_sync(0xffffffff, ...)` needs all 32 lanes to reach it, but the
+# lanes past the end of the input have left. Let them stay and contribute 0 instead.
+# ```
+# ````
+
+# %%
+show_source("exercises/ch2_warp_atomics.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+try:
+    exercise = load("exercises/ch2_warp_atomics.cu")
+    check(exercise.mse, "mse")
+except (CheckFailed, KernelBuildError) as failure:
+    print(failure)
+
+# %% [markdown]
+# ````{exercise}
+# :label: ex-ch2-race
+#
+# `kernels/exercises/ch2_race.cu` sums per thread, then per block in a shared-memory float, then
+# one atomic per block. The check fails, and not always with the same wrong value. Find the
+# race and fix it. Then find a faster fix than the first one you thought of.
+#
+# ```{admonition} Hint
+# :class: dropdown
+# Which line do several threads execute on the same address at the same time? `x += y` is a
+# load, an add and a store. Shared memory has atomics too; and a warp can add its values
+# before touching shared memory at all.
+# ```
+# ````
+
+# %%
+show_source("exercises/ch2_race.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+try:
+    exercise = load("exercises/ch2_race.cu")
+    check(exercise.mse, "mse")
+except (CheckFailed, KernelBuildError) as failure:
+    print(failure)

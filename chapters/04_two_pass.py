@@ -1,0 +1,437 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 4: two passes, deterministic, no host round-trip
+#
+# Chapter 3's kernels are fast, but their blocks still meet through float atomics: the last bits
+# of the loss change from run to run, and a bug report that says "the loss differs" cannot be
+# told apart from noise. This chapter removes the atomics. Pass 1 writes one partial sum per
+# block (or per tile) to scratch memory; pass 2, one block, adds the partials in a fixed order and
+# writes the mean. Everything stays on the GPU: the op returns a 0-d tensor on the device and
+# never waits for the GPU.
+#
+# Then two questions: how accurate is a float32 sum of $2^{30}$ values, and is a second launch
+# worth avoiding?
+
+# %%
+import math
+
+import numpy as np
+import torch
+from IPython.display import Markdown
+
+import kernels
+from kernels import CheckFailed, KernelBuildError, bench, check, load, results
+from kernels.notebook import show_source
+
+# %% tags=["gpu", "nbval-ignore-output"]
+GPU = torch.cuda.get_device_name()
+PEAK = bench.read_bandwidth()
+print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+
+# %% [markdown]
+# ## Version 1: one partial per block
+#
+# Pass 1 is chapter 3's version 6, except that each block writes its sum to its own slot of the
+# workspace. Pass 2 is one block of 1024 threads: thread $k$ adds partials $k, k + 1024, \dots$
+# in float64, then a fixed tree adds the threads' sums. No atomics, no memset, no divide kernel.
+
+# %%
+show_source("ch4_two_pass/v1_block_partials.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v1 = load("ch4_two_pass/v1_block_partials.cu")
+v1
+
+# %% tags=["gpu"]
+check(v1.mse, "mse")
+check(v1.smooth_l1, "smooth_l1")
+check(v1.hinge, "hinge")
+
+# %% [markdown]
+# ## No host round-trip
+#
+# A two-pass reduction is easy to write with the host in the middle: launch pass 1, copy the
+# partials (or the sum) to the CPU with `.item()` or `.cpu()`, finish there. Each of those waits
+# for the GPU to drain, and a training step that calls the loss then cannot queue its backward
+# pass behind it. PyTorch can turn every synchronising call into an error, which makes a good
+# test: our op runs under it, `.item()` does not.
+
+# %% tags=["gpu"]
+pred, target = torch.randn(2, 1 << 20, device="cuda")
+torch.cuda.synchronize()
+torch.cuda.set_sync_debug_mode("error")
+try:
+    loss = v1.mse(pred, target)
+    print(f"v1.mse: shape {tuple(loss.shape)}, dtype {loss.dtype}, device {loss.device}, no sync")
+    try:
+        loss.item()
+    except RuntimeError as error:
+        print(f"loss.item(): RuntimeError: {str(error).splitlines()[0]}")
+finally:
+    torch.cuda.set_sync_debug_mode("default")
+
+# %% [markdown]
+# ## Version 2: fixed tiles, the same bits for any launch
+#
+# Version 1 gives the same bits on every run, on *this* GPU. Its grid is the number of blocks
+# that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
+# depend on the SM count: a T4, an A100 and an H100 give different last bits for the same input.
+# Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole tile in a
+# fixed order into one partial, and the grid only decides which warp takes which tile.
+
+# %%
+show_source("ch4_two_pass/v2_deterministic_tiles.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v2 = load("ch4_two_pass/v2_deterministic_tiles.cu")
+v2
+
+# %% tags=["gpu"]
+check(v2.mse, "mse")
+check(v2.smooth_l1, "smooth_l1")
+check(v2.hinge, "hinge")
+
+# %% [markdown]
+# We cannot change this GPU's SM count, but we can redo both summation orders in PyTorch on the
+# CPU, in float32 like the kernels, for the grids that three GPUs would launch (8 blocks of 256
+# threads per SM). Version 1's order: thread $k$ of the grid adds elements $k, k + T, \dots$, then
+# each block adds its threads, then the block partials are added in float64. Version 2's order:
+# one float32 partial per tile of 8192 elements, then the partials in float64. The grid does not
+# appear in it at all.
+
+# %% tags=["nbval-ignore-output"]
+def v1_order(x, blocks, threads=256):
+    """The float64 sum of version 1's float32 block partials for a grid of `blocks` blocks."""
+    stride = blocks * threads
+    padded = torch.cat([x, x.new_zeros(-x.numel() % stride)])  # zeros change no sum
+    per_thread = padded.view(-1, stride).sum(0)  # each column: one thread's running sum
+    return per_thread.view(blocks, threads).sum(1).double().sum().item()
+
+
+def v2_order(x, tile=8192):
+    """The float64 sum of version 2's float32 tile partials: no grid in it."""
+    padded = torch.cat([x, x.new_zeros(-x.numel() % tile)])
+    return padded.view(-1, tile).sum(1).double().sum().item()
+
+
+generator = torch.Generator().manual_seed(0)
+x = (torch.randn(1 << 24, generator=generator) - torch.randn(1 << 24, generator=generator)) ** 2
+for gpu, sms in [("T4", 40), ("A100", 108), ("H100 SXM", 132)]:
+    s1, s2 = v1_order(x, 8 * sms), v2_order(x)
+    print(f"{gpu:>9} ({8 * sms:4d} blocks): v1 sum {s1:.17g} (mean {float(np.float32(s1 / x.numel())):.9g})   "
+          f"v2 sum {s2:.17g} (mean {float(np.float32(s2 / x.numel())):.9g})")
+
+# %% [markdown]
+# Version 1's sum of partials changes with the grid in its last digits; version 2's cannot. After
+# the division the mean is rounded to float32, which hides such a small difference most of the
+# time, but not when the exact mean lies close to a rounding boundary: then the last bit flips.
+# Reproducible bits need an order that does not depend on the launch, not luck.
+#
+# On the GPU, both versions give one result however often they run. We call each 100 times on
+# one input of $2^{24}$ elements and count the distinct results; chapter 3's version 6, with its
+# atomics, is the contrast in the cell after.
+
+# %%
+def distinct_results(op, n=1 << 24, runs=100, seed=3):
+    pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(seed), "cuda")
+    values = torch.stack([op(pred, target) for _ in range(runs)])
+    return len(set(values.tolist()))
+
+
+# %% tags=["gpu"]
+for name, op in [("v1", v1.mse), ("v2", v2.mse)]:
+    print(f"{name}: {distinct_results(op)} distinct result(s) in 100 runs")
+
+# %%
+show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu", start="// Chapter 3", end="#include")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+ch3 = load("ch3_block_reduction/v6_vectorized_grid_stride.cu")
+print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) in 100 runs")
+
+# %% [markdown]
+# ## Version 3: one launch, the last block finishes
+#
+# Two launches cost two launch latencies, which dominate at small sizes. Version 3 keeps
+# version 2's tiles and lets the *last* block to finish do pass 2: every block counts itself done
+# on an atomic counter, and the one that sees the count reach the grid size knows all partials
+# are written. It adds them in the same fixed order, so which block happens to be last changes
+# nothing. The counter must be 0 at every launch; the header explains the two ways the file
+# offers (`mse` and `mse_memset`).
+
+# %%
+show_source("ch4_two_pass/v3_last_block_finishes.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v3 = load("ch4_two_pass/v3_last_block_finishes.cu")
+v3
+
+# %% tags=["gpu"]
+check(v3.mse, "mse")
+check(v3.mse_memset, "mse")
+check(v3.smooth_l1, "smooth_l1")
+check(v3.hinge, "hinge")
+
+# %% tags=["gpu"]
+for name, op in [("v3", v3.mse), ("v3 memset", v3.mse_memset)]:
+    print(f"{name}: {distinct_results(op)} distinct result(s) in 100 runs")
+
+# %% [markdown]
+# Versions 2 and 3 read an environment variable, `LOSS_KERNELS_BLOCKS`, that caps their grid: a
+# test knob. It is read once per process, so each grid runs in a fresh Python process. The
+# result must not change whatever the grid, down to a single block:
+
+# %% tags=["gpu"]
+GRID_SCRIPT = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import kernels
+ops = [getattr(kernels.load(path), "mse") for path in sys.argv[2:]]
+pred, target = kernels.get_loss("mse").make_inputs(((1 << 24) + 5,), torch.Generator("cuda").manual_seed(4), "cuda")
+print(" ".join(op(pred, target).item().hex() for op in ops))
+"""
+files = ["ch4_two_pass/v2_deterministic_tiles.cu", "ch4_two_pass/v3_last_block_finishes.cu"]
+by_grid = {}
+for cap in ["default", "1", "7", "100"]:
+    env = dict(os.environ)
+    if cap != "default":
+        env["LOSS_KERNELS_BLOCKS"] = cap
+    run = subprocess.run([sys.executable, "-c", GRID_SCRIPT, ROOT, *files], env=env,
+                         capture_output=True, text=True, check=True)
+    by_grid[cap] = run.stdout.split()
+for i, name in enumerate(["v2", "v3"]):
+    for cap in ["1", "7", "100"]:
+        same = by_grid[cap][i] == by_grid["default"][i]
+        print(f"{name}, grid capped at {cap:>3} blocks: {'the same bits' if same else 'DIFFERENT bits'} as the full grid")
+
+# %% [markdown]
+# ## Version 4: compensated lanes, for the accuracy study
+#
+# Version 4 is version 2 with one change inside each lane: Kahan's compensated summation, which
+# carries the rounding error of every addition in a second float. The file also defines two
+# deliberately careless variants, so that one kernel file holds the whole accuracy study:
+# `mse_float_tree` (version 2's tiles, but the final pass in float32) and `mse_sequential` (no
+# tiles: each lane adds its whole grid-stride share in one float).
+
+# %%
+show_source("ch4_two_pass/v4_kahan_lanes.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v4 = load("ch4_two_pass/v4_kahan_lanes.cu")
+v4
+
+# %% tags=["gpu"]
+check(v4.mse, "mse")
+check(v4.smooth_l1, "smooth_l1")
+check(v4.hinge, "hinge")
+check(v4.mse_float_tree, "mse")
+check(v4.mse_sequential, "mse")
+
+# %% [markdown]
+# ## How accurate is a float32 sum of $2^{30}$ values?
+#
+# Adding $n$ numbers one after another into one float, each addition rounds to the precision of
+# the running sum: the error can grow like $n \varepsilon$ ($\varepsilon = 2^{-24}$ for float32),
+# and once the sum is large enough, small addends vanish entirely. The classic demonstration, on
+# the CPU: $2^{25}$ ones added sequentially in float32 stop growing at $2^{24}$, while a pairwise
+# (tree) sum is exact:
+
+# %%
+ones = np.ones(1 << 25, dtype=np.float32)
+print(f"sequential float32: {np.add.accumulate(ones)[-1]:.0f}")
+print(f"pairwise float32:   {ones.sum():.0f}")
+print(f"exact:              {1 << 25}")
+
+# %% [markdown]
+# A tree of depth $\log_2 n$ bounds the error by about $\varepsilon \log_2 n$, and rounding errors
+# of random sign mostly cancel. Our kernels mix both: each thread adds a run of elements
+# sequentially (a few hundred in version 2's tiles, thousands in version 1's grid-stride loop,
+# at $2^{30}$), then trees and a float64 final pass. Chapter 2's atomics add every block's
+# partial into one float (chapter 2's version 4, shown here by its header). We measure each
+# against the float64 mean at $2^{30}$ elements (errors also in units of the float32 spacing at
+# the result, ulp):
+
+# %%
+show_source("ch2_atomics/v4_block_atomics.cu", start="// Chapter 2", end="#include")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+ch2 = load("ch2_atomics/v4_block_atomics.cu")
+ch2
+
+# %% tags=["gpu", "nbval-ignore-output"]
+def mse_float64(pred, target, chunk=1 << 26):
+    total = 0.0
+    for start in range(0, pred.numel(), chunk):
+        d = pred[start:start + chunk].double() - target[start:start + chunk].double()
+        total += torch.dot(d, d).item()
+    return total / pred.numel()
+
+
+n = bench.SIZES[-1]  # 2^30 (less when a validation run limits the sizes)
+pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(5), "cuda")
+exact = mse_float64(pred, target)
+ulp = float(np.spacing(np.float32(exact)))
+candidates = {"torch.mean (eager)": kernels.losses.mse,
+              "ch2 v4: float atomics": ch2.mse,
+              "ch3 v6: float atomics": ch3.mse,
+              "v4 sequential lanes, f32 final": v4.mse_sequential,
+              "v4 float32 tree, f32 final": v4.mse_float_tree,
+              "v1 block partials, f64 final": v1.mse,
+              "v2 tiles, f64 final": v2.mse,
+              "v3 tiles, one launch": v3.mse,
+              "v4 Kahan lanes, f64 final": v4.mse}
+for name, op in candidates.items():
+    got = op(pred, target).item()
+    print(f"{name:<31} {got:.9g}  error {abs(got - exact) / exact:.1e} ({abs(got - exact) / ulp:6.1f} ulp)")
+print(f"{'float64':<31} {exact:.9g}   (n = 2^{n.bit_length() - 1})")
+del pred, target
+torch.cuda.empty_cache()
+
+# %% [markdown]
+# The output above is the answer for this GPU, from the same inputs for every line. Read it
+# from the top: the atomic versions and the variants that keep a long float32 sum somewhere (a
+# lane's whole share, or a float32 final pass) against those where every float32 sum is short
+# (a tile) and the long sum over partials is in float64, and the compensated lanes of version 4.
+# Where they all land within an ulp or two, the float32 result itself is the limit; the
+# difference that remains between the atomic versions and the fixed-order ones is that the
+# latter give these bits on every run.
+#
+# ## Two launches or one? Choosing from the data
+#
+# We time the four versions, eager PyTorch and `torch.compile` on all three losses. For MSE we
+# add a second reference: `torch.sum` of each input, which reads exactly the bytes the loss reads
+# with PyTorch's own reduction (CUB-style). It computes no loss; it shows what reading those
+# bytes costs.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import torch._dynamo
+
+# torch.compile(dynamic=False) compiles one graph per size; allow all of them.
+setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
+        else "cache_size_limit", 64)
+measured = []
+for loss in ("mse", "smooth_l1", "hinge"):
+    reference = kernels.get_loss(loss).reference
+    providers = {"eager": reference, "torch.compile": torch.compile(reference, dynamic=False)}
+    if loss == "mse":
+        providers["torch.sum x2"] = lambda p, t: torch.sum(p) + torch.sum(t)
+        providers["v1"] = v1.mse
+    providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss), "v4": getattr(v4, loss)})
+    measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
+results.save(results.rows_from(measured, GPU, "ch4", PEAK), "ch4")
+print(f"{len(measured)} measurements saved")
+
+# %% [markdown]
+# Which of version 2 (two launches) and version 3 (one launch, a counter) is faster, size by size,
+# read from the measurements:
+
+# %%
+rows = results.load("ch4")
+for loss in ("mse", "smooth_l1", "hinge"):
+    wins = {"v2": 0, "v3": 0}
+    for shape in sorted({r["shape"] for r in results.select(rows, loss=loss)}, key=math.prod):
+        ms = {p: results.select(rows, loss=loss, shape=shape, provider=p)[0]["ms"] for p in wins}
+        faster = min(ms, key=ms.get)
+        wins[faster] += 1
+        if loss == "mse":
+            print(f"mse, 2^{math.prod(shape).bit_length() - 1:<2} elements: v2 {ms['v2']:.4f} ms, "
+                  f"v3 {ms['v3']:.4f} ms -> {faster}")
+    choice = max(wins, key=wins.get)
+    print(f"{loss}: v2 faster at {wins['v2']} sizes, v3 at {wins['v3']}: the chapter's final kernel is {choice}")
+
+# %%
+kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"]);
+
+# %%
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"], "mse"))
+
+# %%
+kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v2", "v3"]);
+
+# %%
+kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v2", "v3"]);
+
+# %%
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "smooth_l1") + "\n\n"
+         + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "hinge"))
+
+# %% [markdown]
+# What to expect: at large sizes the second launch is a few microseconds against milliseconds of
+# reading, and at small sizes a launch is most of the time, where one launch should win. The
+# choice printed above is what the measurements decided; the plots and the choice come from the
+# same CSV, `book/results/ch4.csv`.
+#
+# ## Exercises
+
+# %% [markdown]
+# ````{exercise}
+# :label: ex-ch4-kahan
+#
+# `kernels/exercises/ch4_kahan.cu` writes one partial per 1024 elements and adds the partials in
+# pass 2 with one thread, sequentially, in float. It passes the usual check, but not a strict one
+# (relative error at most $2 \times 10^{-7}$ at about $2^{26}$ elements). Keep the float
+# accumulator and make the final pass compensated (Kahan summation) until the strict check passes.
+#
+# ```{admonition} Hint
+# :class: dropdown
+# Carry a second float `c`, the rounding error so far. For each partial: `y = x - c`,
+# `t = sum + y`, `c = (t - sum) - y`, `sum = t`. Why does the compiler not simplify
+# `(t - sum) - y` to 0? (It would with `--use_fast_math`.)
+# ```
+# ````
+
+# %%
+show_source("exercises/ch4_kahan.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
+try:
+    exercise = load("exercises/ch4_kahan.cu")
+    check(exercise.mse, "mse")
+    check(exercise.mse, "mse", rtol=2e-7, shapes=STRICT)
+except (CheckFailed, KernelBuildError) as failure:
+    print(failure)
+
+# %% [markdown]
+# ````{exercise}
+# :label: ex-ch4-last-block
+#
+# `kernels/exercises/ch4_last_block.cu` finishes in one launch with a counter of finished blocks,
+# a `__device__` global. The first call is right, every later one is wrong: the check passes its
+# first case and fails the second. Make the counter ready for the next launch, in a different
+# way from version 3.
+#
+# ```{admonition} Hint
+# :class: dropdown
+# After the last block has seen the count, no other block of this launch touches the counter
+# again, and the next launch on the same stream starts after this one ends.
+# ```
+# ````
+
+# %%
+show_source("exercises/ch4_last_block.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+try:
+    exercise = load("exercises/ch4_last_block.cu")
+    check(exercise.mse, "mse")
+except (CheckFailed, KernelBuildError) as failure:
+    print(failure)

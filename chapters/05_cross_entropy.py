@@ -1,0 +1,591 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 5: Fused log-sum-exp cross-entropy
+#
+# The last loss of the course is the one every language model trains with:
+# `F.cross_entropy(logits, target)`, where `logits` is a `rows x classes` matrix and `target`
+# holds one int64 class index per row. For row $i$ with logits $x_{i,0}, \dots, x_{i,C-1}$ and
+# target class $t_i$,
+#
+# $$
+# \ell_i = -\log \frac{e^{x_{i,t_i}}}{\sum_j e^{x_{i,j}}} = \log\sum_j e^{x_{i,j}} - x_{i,t_i},
+# \qquad
+# \text{loss} = \frac{1}{N}\sum_i \ell_i .
+# $$
+#
+# It is still a reduction, like the losses of chapters 1 to 4, but a reduction of reductions:
+# every row first needs its own log-sum-exp. This chapter builds one kernel that reads each
+# logit once, computes the row's log-sum-exp in a single pass with the *online softmax*, adds
+# the rows' losses deterministically on the GPU, and, for training, writes the gradient in the
+# same pass.
+
+# %%
+import math
+
+import torch
+import torch.nn.functional as F
+from IPython.display import Markdown
+
+import kernels
+from kernels import check, load
+from kernels.cross_entropy import cross_entropy
+from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing, compare,
+                                          run_exercise)
+from kernels.notebook import show_source
+
+# %% [markdown]
+# ## What PyTorch launches
+#
+# `F.cross_entropy` is `log_softmax` followed by `nll_loss`. The profiler shows the kernels it
+# runs on the KernelBench shape, 32768 rows of 4096 classes in float32:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from torch.profiler import ProfilerActivity, profile
+
+logits = torch.randn(32768, 4096, device="cuda")
+target = torch.randint(0, 4096, (32768,), device="cuda")
+F.cross_entropy(logits, target)  # warm-up: the first call loads libraries
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    F.cross_entropy(logits, target)
+    torch.cuda.synchronize()
+for event in prof.events():
+    if event.device_type == torch.autograd.DeviceType.CUDA:
+        print(event.name[:110])
+del logits, target
+
+# %% [markdown]
+# The first kernel reads the logits and writes a matrix of log-probabilities of the same size;
+# the second reads one entry per row of that matrix and averages. The intermediate matrix is
+# pure traffic: a fused kernel never writes it.
+
+# %%
+rows, classes = 32768, 4096
+needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), 4)
+intermediate = rows * classes * 4
+print(f"a fused kernel must read:         {needed / 2**20:7.0f} MiB (logits + int64 targets)")
+print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} MiB of log-probabilities")
+print(f"eager moves at least {(needed + intermediate) / needed:.1f}x the bytes it must")
+
+# %% [markdown]
+# ## A stable log-sum-exp
+#
+# $\log\sum_j e^{x_j}$ taken literally overflows: in float32, $e^{x}$ is infinite as soon as
+# $x > 88.7$. The cure is to factor out the row's maximum $m = \max_j x_j$:
+#
+# $$
+# \log\sum_j e^{x_j} = \log\Big(e^{m}\sum_j e^{x_j - m}\Big) = m + \log\sum_j e^{x_j - m}.
+# $$
+#
+# Every exponent $x_j - m$ is now at most 0, so every term is in $(0, 1]$, and the largest is
+# exactly 1: the sum lies between 1 and $C$ and neither overflows nor underflows to 0. On the
+# CPU, with logits of magnitude $10^4$:
+
+# %%
+x = torch.tensor([[1e4, 1e4 - 1.0, 0.0]])  # float32, one row of three classes
+naive = torch.log(torch.exp(x).sum(dim=1))
+m = x.max(dim=1, keepdim=True).values
+stable = m[:, 0] + torch.log(torch.exp(x - m).sum(dim=1))
+print("exp(x)                 :", torch.exp(x))
+print("naive log-sum-exp      :", naive)
+print("naive softmax          :", torch.exp(x) / torch.exp(x).sum(dim=1, keepdim=True))
+print("stable log-sum-exp     :", stable)
+print("torch.logsumexp        :", torch.logsumexp(x, dim=1))
+
+# %% [markdown]
+# Two more cases a kernel must get right. Masked classes are often set to $-\infty$: they add
+# $e^{-\infty} = 0$ to the sum and must not turn it into NaN. And one logit that dominates the
+# row makes the loss of its class tiny and the loss of every other class large; both must come
+# out right, not as 0 or infinity by accident. A row whose logits are *all* $-\infty$ has no
+# finite maximum: $x_j - m$ is $-\infty - (-\infty)$, NaN, and PyTorch's loss is NaN too
+# (`torch.logsumexp` alone special-cases it to $-\infty$).
+
+# %%
+rows = torch.tensor([[0.0, float("-inf"), 1.0],          # a masked class
+                     [100.0, 0.0, 0.0],                   # one dominating logit
+                     [float("-inf")] * 3])                # nothing left
+m = rows.max(dim=1, keepdim=True).values
+print("stable log-sum-exp :", (m[:, 0] + torch.log(torch.exp(rows - m).sum(dim=1))).tolist())
+print("torch.logsumexp    :", torch.logsumexp(rows, dim=1).tolist())
+print("loss, target 0     :", F.cross_entropy(rows, torch.tensor([0, 0, 0]), reduction="none").tolist())
+print("loss, target 2     :", F.cross_entropy(rows, torch.tensor([2, 2, 2]), reduction="none").tolist())
+
+# %% [markdown]
+# ## Reading the row once: the online softmax
+#
+# The stable formula needs $m$ before it can add a single exponential: two passes over the row.
+# Milakov and Gimelshein {cite}`milakov2018online` showed that one pass is enough. Keep a
+# running maximum $m$ and a running sum $s = \sum e^{x_i - m}$ over the logits seen so far.
+# When the next logit $x$ arrives, the new maximum is $m' = \max(m, x)$, and the sum so far,
+# taken relative to $m$, is moved to $m'$ by one factor:
+#
+# $$
+# \sum_{i} e^{x_i - m'} = e^{m - m'} \sum_i e^{x_i - m}
+# \qquad\Longrightarrow\qquad
+# s \leftarrow s\, e^{m - m'} + e^{x - m'}, \quad m \leftarrow m'.
+# $$
+#
+# When $x$ is not a new maximum, $m' = m$ and the factor is 1. Two partial results $(m_a, s_a)$
+# and $(m_b, s_b)$ (two threads, two warps) merge by the same rule:
+# $M = \max(m_a, m_b)$, $s = s_a e^{m_a - M} + s_b e^{m_b - M}$. The result is exact in real
+# arithmetic; in floating point it rounds like the two-pass version. In plain Python:
+
+# %%
+def online_logsumexp(values):
+    m, s = -math.inf, 0.0
+    for x in values:
+        m_new = max(m, x)
+        s = s * math.exp(m - m_new) + math.exp(x - m_new)
+        m = m_new
+    return m + math.log(s)
+
+
+row = (1e4 * torch.randn(1000, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+print(f"online, one pass : {online_logsumexp(row.tolist()):.6f}")
+print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
+
+# %% [markdown]
+# ## Version 1: a block per row, two passes
+#
+# The first kernel is the formula as written: one block of 256 threads per row computes the
+# row's maximum (a block-wide max, as in chapter 3), then the sum of $e^{x_j - m}$, then the
+# row's loss. A second one-block kernel adds the per-row losses in a fixed order in float64
+# (chapter 4's lesson: no float atomics, the same bits on every run) and divides by the number
+# of rows whose target is not `ignore_index`. Targets are read as int64, as PyTorch stores
+# them, and an out-of-range target is never used as an index.
+#
+# `kernels.cross_entropy.cross_entropy` is a drop-in for `F.cross_entropy` that runs a given
+# kernel file; `check` compares it with PyTorch in float64 over the chapter's awkward shapes
+# (one class, few classes, odd row lengths, many rows, rows of 131075 classes).
+
+# %%
+show_source("ch5_cross_entropy/v1_two_pass_row.cu")
+
+# %% tags=["gpu"]
+v1 = load("ch5_cross_entropy/v1_two_pass_row.cu")
+
+
+def op_of(kernel):
+    def op(logits, target, **kwargs):
+        return cross_entropy(logits, target, kernel=kernel, **kwargs)
+    return op
+
+
+check(op_of(v1), "cross_entropy", rtol=1e-5)
+
+# %% [markdown]
+# ## Version 2: one pass with the online softmax
+#
+# Same layout, but each thread keeps a running $(m, s)$ pair and the block merges the pairs at
+# the end: every logit is read once.
+
+# %%
+show_source("ch5_cross_entropy/v2_online_softmax.cu")
+
+# %% tags=["gpu"]
+v2 = load("ch5_cross_entropy/v2_online_softmax.cu")
+check(op_of(v2), "cross_entropy", rtol=1e-5)
+
+# %% [markdown]
+# ## The final version: the right amount of threads per row, wide loads, and the gradient
+#
+# Row length decides the layout. A row of 10 or 128 classes gives a 256-thread block almost
+# nothing to do: most threads idle and the block still pays for its barriers. Short rows get a
+# *warp* each instead (eight rows per block, shuffles only, no `__syncthreads`). Rows of a few
+# thousand classes fit in the registers of one block, so the maximum and the sum of
+# exponentials cost a single read of memory. LLM vocabularies (128256 classes for Llama 3) are
+# too long to keep: they stream through the online softmax of version 2 with a block per row.
+# All loads are 16 bytes wide (four float32 or eight bfloat16 values) when the row allows it;
+# bfloat16 and float16 logits are accumulated in float32, float64 logits in float64.
+#
+# The same kernel also writes the gradient during the forward pass when the logits require
+# one; the backward section below derives it.
+
+# %%
+show_source("ch5_cross_entropy/v3_fused_rows.cu")
+
+# %% tags=["gpu"]
+v3 = load("ch5_cross_entropy/v3_fused_rows.cu")
+final = op_of(v3)
+check(final, "cross_entropy", rtol=1e-5)
+
+# %% [markdown]
+# Where PyTorch ran `log_softmax` and `nll_loss`, the fused version runs one kernel over the
+# rows and one small kernel that adds their losses:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+logits = torch.randn(32768, 4096, device="cuda")
+target = torch.randint(0, 4096, (32768,), device="cuda")
+final(logits, target)
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    final(logits, target)
+    torch.cuda.synchronize()
+for event in prof.events():
+    if event.device_type == torch.autograd.DeviceType.CUDA:
+        print(event.name[:110])
+del logits, target
+
+# %% [markdown]
+# ## PyTorch's semantics, exactly
+#
+# A drop-in must answer what PyTorch answers, not only for the default arguments:
+#
+# - `target` is int64 (`torch.long`); an int32 target is an error in PyTorch and here.
+# - `ignore_index` (default $-100$): rows with that target add nothing, and the mean divides by
+#   the number of rows *not* ignored (with none left, the mean is NaN).
+# - `reduction`: `"mean"` (a 0-d tensor), `"sum"`, or `"none"` (one loss per row).
+# - `label_smoothing` $\varepsilon$: the target distribution puts $1-\varepsilon$ on the target
+#   class and $\varepsilon / C$ on every class.
+#
+# The exercise checks of this chapter (`kernels/exercises/ch5_checks.py`) test exactly these;
+# the final kernel passes them:
+
+# %% tags=["gpu"]
+assert check_ignore_index(v3)
+assert check_label_smoothing(v3)
+
+# %% [markdown]
+# A target outside $[0, C)$ that is not `ignore_index` is a bug in the caller. PyTorch raises
+# (on the GPU, through a device-side assertion that poisons the CUDA context). Our kernels never
+# use such a target as an index: they raise a flag on the GPU, and the wrapper reads it after
+# the forward and raises a Python `IndexError`. Reading the flag waits for the GPU, so a
+# training loop that has validated its data can pass `check_targets=False` and get a NaN loss
+# for a bad row instead.
+
+# %% tags=["gpu"]
+logits = torch.randn(4, 10, device="cuda")
+for bad in ([0, 1, 10, 3], [0, -5, 2, 3]):
+    try:
+        final(logits, torch.tensor(bad, device="cuda"))
+    except IndexError as error:
+        print(f"targets {bad}: IndexError: {error}")
+try:
+    final(logits, torch.tensor([0, 1, 2, 3], device="cuda", dtype=torch.int32))
+except TypeError as error:
+    print(f"int32 targets: TypeError: {error}")
+print("check_targets=False:", final(logits, torch.tensor([0, 1, 10, 3], device="cuda"),
+                                    reduction="none", check_targets=False).isnan().tolist())
+
+# %% [markdown]
+# ## Robust on hard inputs, in every dtype
+#
+# The cases of the CPU cells above, on the GPU and at scale: logits of magnitude $10^4$, rows
+# with masked ($-\infty$) classes, one dominating logit per row. Then float32, bfloat16 and
+# float16 logits: the kernel accumulates in float32 whatever it reads, so its error against
+# float64 PyTorch (on the same rounded logits) is the rounding of the result to the logits'
+# dtype, no more.
+
+# %% tags=["gpu"]
+g = torch.Generator(device="cuda").manual_seed(5)
+rows, classes = 1031, 4099
+target = torch.randint(0, classes, (rows,), generator=g, device="cuda")
+big = 1e4 * torch.randn(rows, classes, generator=g, device="cuda")
+compare(final, "logits of magnitude 1e4", big, target)
+masked = torch.randn(rows, classes, generator=g, device="cuda")
+masked[torch.rand(rows, classes, generator=g, device="cuda") < 0.5] = float("-inf")
+masked[torch.arange(rows, device="cuda"), target] = 0.0  # the target class stays finite
+compare(final, "half of the classes -inf", masked, target)
+dominant = torch.randn(rows, classes, generator=g, device="cuda")
+dominant[:, 7] = 1e3  # the target class for a few rows, a wrong class for the others
+compare(final, "one dominating logit", dominant, target, reduction="none")
+for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2), (torch.float16, 1e-3)):
+    logits = torch.randn(rows, classes, generator=g, device="cuda").to(dtype)
+    compare(final, f"{str(dtype)[6:]} logits, rtol {rtol:.0e}", logits, target, rtol=rtol)
+
+# %% [markdown]
+# ## The backward pass, fused
+#
+# With $p_{ij} = e^{x_{ij} - \mathrm{lse}_i}$ the softmax of row $i$,
+#
+# $$
+# \frac{\partial \ell_i}{\partial x_{ij}} = \frac{\partial}{\partial x_{ij}}
+# \Big(\log\sum_k e^{x_{ik}} - x_{i,t_i}\Big) = p_{ij} - [j = t_i],
+# \qquad
+# \frac{\partial\, \text{loss}}{\partial x_{ij}} = \frac{p_{ij} - [j = t_i]}{N}
+# $$
+#
+# for the mean over $N$ rows not ignored (ignored rows get a zero gradient; with label
+# smoothing the one-hot becomes $(1-\varepsilon)[j=t_i] + \varepsilon/C$). Everything in it is
+# known once the row's log-sum-exp is: the final kernel writes this gradient while the row is
+# still in its registers, for `grad_output == 1`, and the backward only multiplies by the real
+# `grad_output` (read on the GPU: no synchronisation). So training reads the logits once and
+# writes the gradient once, where PyTorch runs `log_softmax` and `nll_loss` forward, then their
+# two backward kernels.
+#
+# `torch.autograd.gradcheck` compares the analytic gradient with finite differences in
+# float64. It differentiates one graph several times, which the fused gradient (scaled in
+# place by the backward) does not allow; with `fused_backward=False` the forward saves the
+# rows' log-sum-exp instead and a backward kernel reads the logits again, which gradcheck can
+# run as often as it likes. The fused gradient itself, the one training uses, is compared with
+# PyTorch's float64 gradient directly.
+
+# %% tags=["gpu"]
+g = torch.Generator(device="cuda").manual_seed(3)
+x = torch.randn(6, 9, generator=g, device="cuda", dtype=torch.float64, requires_grad=True)
+t = torch.tensor([0, 8, -100, 4, 4, 1], device="cuda")
+for reduction in ("mean", "sum", "none"):
+    for smoothing in (0.0, 0.1):
+        ok = torch.autograd.gradcheck(
+            lambda x: final(x, t, reduction=reduction, label_smoothing=smoothing,
+                            fused_backward=False), (x,))
+        print(f"{'PASS' if ok else 'FAIL'}  gradcheck, float64, reduction {reduction}, "
+              f"label_smoothing {smoothing}")
+
+
+def gradient_error(op, x, t, **kwargs):
+    x = x.detach().requires_grad_()
+    (ours,) = torch.autograd.grad(op(x, t, **kwargs), x)
+    x64 = x.detach().double().requires_grad_()
+    (theirs,) = torch.autograd.grad(F.cross_entropy(x64, t, **kwargs), x64)
+    return ((ours.double() - theirs).abs().max() / theirs.abs().max()).item()
+
+
+x = torch.randn(4097, 1001, generator=g, device="cuda")
+t = torch.randint(0, 1001, (4097,), generator=g, device="cuda")
+t[::7] = -100
+for kwargs in ({}, {"reduction": "sum"}, {"label_smoothing": 0.1}):
+    error = gradient_error(final, x, t, **kwargs)
+    print(f"{'PASS' if error <= 1e-5 else 'FAIL'}  float32 gradient vs PyTorch float64 {kwargs}")
+
+# %% [markdown]
+# ## Throughput against row length
+#
+# One cell measures everything: each version, PyTorch eager, `torch.compile` and, if it is
+# installed, Liger-Kernel's fused Triton cross-entropy, on float32 logits with about $2^{27}$
+# elements ($512$ MiB) per shape, from 10 classes per row up to 128256, the vocabulary of
+# Llama 3. 4096 classes is the KernelBench shape, 32768 x 4096. Effective bandwidth counts the
+# bytes that must be read (the logits and the int64 targets) and is compared with the GPU's
+# read bandwidth measured in the same run. The same cell times training, forward plus backward,
+# at the KernelBench shape: there the bytes that must move are the logits read once and the
+# gradient written once. The results go to `book/results/ch5.csv`; the plot and tables below
+# are drawn from that file.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels.bench import Measurement, read_bandwidth, sweep, time_ms
+
+CLASSES = [10, 128, 1024, 4096, 32768, 128256]
+SHAPES = [((1 << 27) // c, c) for c in CLASSES]  # 4096 classes: the KernelBench 32768 x 4096
+peak = read_bandwidth()
+gpu = torch.cuda.get_device_name()
+
+compiled = torch.compile(F.cross_entropy, dynamic=False)
+providers = {"eager": F.cross_entropy, "torch.compile": compiled}
+versions = {"v1 two-pass row": v1, "v2 online softmax": v2, "v3 fused": v3}
+for name, kernel in versions.items():
+    providers[name] = lambda l, t, kernel=kernel: cross_entropy(l, t, kernel=kernel,
+                                                                check_targets=False)
+try:  # last: Liger's kernel may overwrite its input with the gradient
+    from liger_kernel.transformers.functional import liger_cross_entropy
+
+    def liger(logits, target):
+        out = liger_cross_entropy(logits, target)
+        return out[0] if isinstance(out, tuple) else out
+
+    providers["Liger-Kernel"] = liger
+except ImportError:
+    print("Liger-Kernel is not installed: measured without it")
+measurements = sweep(providers, "cross_entropy", SHAPES)
+
+# Forward + backward at the KernelBench shape: the gradient of the mean, as training needs it.
+rows, classes = 32768, 4096
+logits = torch.randn(rows, classes, device="cuda", requires_grad=True)
+target = torch.randint(0, classes, (rows,), device="cuda")
+train_bytes = 2 * rows * classes * 4 + rows * 8  # read logits and targets, write the gradient
+compiled_train = torch.compile(F.cross_entropy, dynamic=False)
+train = {"eager": F.cross_entropy, "torch.compile": compiled_train,
+         "v3 fused": lambda l, t: cross_entropy(l, t, kernel=v3, check_targets=False)}
+if "Liger-Kernel" in providers:
+    train["Liger-Kernel"] = providers["Liger-Kernel"]
+for name, fn in train.items():
+    ms = time_ms(lambda l, t, fn=fn: torch.autograd.grad(fn(l, t), l), [(logits, target)])
+    measurements.append(Measurement("cross_entropy_fwd_bwd", name, (rows, classes), train_bytes, ms))
+del logits, target
+kernels.results.save(kernels.results.rows_from(measurements, gpu, "ch5", peak), "ch5")
+print(f"{gpu}: read bandwidth {peak:.0f} GB/s; {len(measurements)} measurements saved")
+
+# %% [markdown]
+# Every shape has about the same number of bytes, so the x axis is the row length: this plot
+# puts classes, not elements, on it.
+
+# %% tags=["nbval-ignore-output"]
+import matplotlib.pyplot as plt
+
+results = kernels.results.load("ch5")
+forward = kernels.results.select(results, loss="cross_entropy")
+names = list(dict.fromkeys(r["provider"] for r in forward))
+fig, ax = plt.subplots(figsize=(8, 4.5))
+for name in names:
+    mine = sorted(kernels.results.select(forward, provider=name), key=lambda r: r["shape"][1])
+    ax.plot([r["shape"][1] for r in mine], [r["gbps"] for r in mine],
+            "--" if name in ("eager", "torch.compile", "Liger-Kernel") else "-",
+            marker="o", markersize=3, label=name)
+peak = results[0]["peak_gbps"]
+ax.axhline(peak, color="black", linewidth=1, linestyle=":",
+           label=f"read bandwidth (torch.sum, 4 GiB): {peak:.0f} GB/s")
+ax.set_xscale("log", base=2)
+ticks = sorted({r["shape"] for r in forward}, key=lambda s: s[1])
+ax.set_xticks([s[1] for s in ticks], [f"{s[1]}\n({s[0]} rows)" for s in ticks], fontsize=7)
+ax.set_xlabel("classes per row (rows x classes ≈ 2^27 float32 logits)")
+ax.set_ylabel("effective GB/s (logits + targets / time)")
+ax.set_ylim(0, peak * 1.08)
+ax.set_title(f"cross-entropy forward: throughput against row length on {results[0]['gpu']}")
+ax.grid(True, which="major", alpha=0.3)
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The same numbers as a table, GB/s and the percentage of the measured read bandwidth:
+
+# %% tags=["nbval-ignore-output"]
+shapes = sorted({r["shape"] for r in forward}, key=lambda s: s[1])
+lines = ["| rows x classes | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+for shape in shapes:
+    cells = []
+    for name in names:
+        found = kernels.results.select(forward, provider=name, shape=shape)
+        cells.append(f"{found[0]['gbps']:.0f} ({100 * found[0]['gbps'] / found[0]['peak_gbps']:.0f}%)"
+                     if found else "–")
+    lines.append(f"| {shape[0]} x {shape[1]} | " + " | ".join(cells) + " |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# At the KernelBench shape, each version against the one before it and against eager PyTorch:
+
+# %% tags=["nbval-ignore-output"]
+ladder = [p for p in ("eager", "torch.compile", "Liger-Kernel", "v1 two-pass row",
+                      "v2 online softmax", "v3 fused") if p in names]
+Markdown(kernels.results.speedup_table(results, ladder, "cross_entropy", (32768, 4096), "eager"))
+
+# %% [markdown]
+# Training, forward plus backward, at the same shape (GB/s here counts the logits read once and
+# the gradient written once):
+
+# %% tags=["nbval-ignore-output"]
+train_names = list(dict.fromkeys(
+    r["provider"] for r in kernels.results.select(results, loss="cross_entropy_fwd_bwd")))
+Markdown(kernels.results.speedup_table(results, train_names, "cross_entropy_fwd_bwd",
+                                       (32768, 4096), "eager"))
+
+# %% tags=["nbval-ignore-output"]
+at = {r["provider"]: r for r in kernels.results.select(forward, shape=(32768, 4096))}
+longest = {r["provider"]: r for r in kernels.results.select(forward, shape=shapes[-1])}
+ours, theirs = at["v3 fused"], at["torch.compile"]
+Markdown(
+    f"On the {ours['gpu']}, at 32768 x 4096 the final kernel reads at {ours['gbps']:.0f} GB/s, "
+    f"{100 * ours['gbps'] / ours['peak_gbps']:.0f}% of the measured read bandwidth: "
+    f"{theirs['ms'] / ours['ms']:.2f} times as fast as `torch.compile` and "
+    f"{at['eager']['ms'] / ours['ms']:.2f} times as fast as eager PyTorch. With "
+    f"{shapes[-1][1]} classes per row it reaches {longest['v3 fused']['gbps']:.0f} GB/s "
+    f"({100 * longest['v3 fused']['gbps'] / longest['v3 fused']['peak_gbps']:.0f}%).")
+
+# %% [markdown]
+# What the plot shows, and what is left: with few classes, version 1 and 2 waste a block on a
+# handful of values, and a warp per row is what makes the final version fast there. The longest
+# rows have few rows to share among the GPU's SMs: 1046 rows of 128256 classes are fewer than
+# eight blocks per SM, and a kernel that splits each row across several blocks (merging their
+# $(m, s)$ pairs exactly as the threads of one block do) would keep more loads in flight.
+#
+# ## Exercises
+#
+# Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
+# builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
+# skeletons compile and run; they fail the check until you finish them. Solutions are in
+# {doc}`../solutions/ch5_solutions`.
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch5-ignore-index
+#
+# `kernels/exercises/ch5_ignore_index.cu` computes the cross-entropy of every row whose target
+# is a class, but knows nothing of `ignore_index`: a target of $-100$ is reported as out of
+# range. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
+# by the number of rows that are not ignored, as PyTorch does. The check also uses an
+# `ignore_index` that is a real class (3), and a batch where every row is ignored.
+# ```
+#
+# ```{admonition} Hint
+# :class: dropdown
+#
+# Two lines marked `TODO(exercise 1)`. The finishing kernel reads `a.target` too, so it can
+# count the rows that are not ignored in the same loop that adds the losses. What is
+# $0 / 0$ in floating point, and what does PyTorch return for a mean over no rows?
+# ```
+
+# %%
+show_source("exercises/ch5_ignore_index.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+run_exercise("exercises/ch5_ignore_index.cu", check_ignore_index)
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch5-online-softmax
+#
+# On paper: a thread has seen logits $x_1, \dots, x_k$ and keeps $m = \max_i x_i$ and
+# $s = \sum_i e^{x_i - m}$. A new logit $x$ arrives. Write the new $(m', s')$ in terms of
+# $m$, $s$ and $x$ only, and check your formula for $x < m$, $x > m$ and the first logit
+# ($m = -\infty$, $s = 0$). Then fix `online_update` in
+# `kernels/exercises/ch5_online_softmax.cu`, which forgets the rescale. Which of the check's
+# cases would still pass without it, and why?
+# ```
+#
+# ```{admonition} Hint
+# :class: dropdown
+#
+# $e^{x_i - m'} = e^{x_i - m}\, e^{m - m'}$. The function `merge` in the same file already does
+# this for two partial sums; a single logit is the partial sum $(x, 1)$.
+# ```
+
+# %%
+show_source("exercises/ch5_online_softmax.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels.exercises.ch5_checks import check_online_softmax
+
+run_exercise("exercises/ch5_online_softmax.cu", check_online_softmax)
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch5-label-smoothing
+#
+# With label smoothing $\varepsilon$ the target distribution is
+# $q_j = (1 - \varepsilon)[j = t] + \varepsilon / C$ and the loss of a row is
+# $-\sum_j q_j \log p_j$. Show that it equals
+# $\mathrm{lse} - (1 - \varepsilon)\, x_t - \frac{\varepsilon}{C}\sum_j x_j$, then add it to
+# `kernels/exercises/ch5_label_smoothing.cu` (`a.label_smoothing` is $\varepsilon$) without
+# reading the row a third time.
+# ```
+#
+# ```{admonition} Hint
+# :class: dropdown
+#
+# $\log p_j = x_j - \mathrm{lse}$ and $\sum_j q_j = 1$. The second pass over the row already
+# loads every logit: add them up there, and reduce that sum over the block like the sum of
+# exponentials.
+# ```
+
+# %%
+show_source("exercises/ch5_label_smoothing.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+run_exercise("exercises/ch5_label_smoothing.cu", check_label_smoothing)

@@ -1,0 +1,160 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Solutions to chapter 1
+#
+# The answers to the exercises of {doc}`chapter 1 <../chapters/01_naive_pytorch>`. They are
+# computed from the chapter's measurements, `book/results/ch1.csv`, and checked with the same
+# checks as in the chapter, which print PASS.
+
+# %%
+import math
+
+import torch
+
+from kernels import get_loss, results
+
+rows = results.load("ch1")
+peak = rows[0]["peak_gbps"]
+
+
+def check_answer(what, got, expected, rtol=0.01):
+    """Print PASS, FAIL (expected vs got) or TODO for one answer; never raise."""
+    if got is None:
+        print(f"TODO: {what}: replace None by your answer above and rerun this cell")
+        return
+    try:
+        ok = math.isclose(float(got), float(expected), rel_tol=rtol)
+    except (TypeError, ValueError):
+        print(f"FAIL: {what}: expected a number, got {got!r}")
+        return
+    if ok:
+        print(f"PASS: {what}")
+    else:
+        print(f"FAIL: {what}: expected {float(expected):.6g}, got {float(got):.6g} "
+              f"(tolerance {rtol:.0%})")
+
+
+def by_size(loss, provider):
+    return sorted(results.select(rows, loss=loss, provider=provider), key=lambda r: math.prod(r["shape"]))
+
+
+def at(loss, provider, shape):
+    return results.select(rows, loss=loss, provider=provider, shape=tuple(shape))[0]
+
+# %% [markdown]
+# ````{solution} ch1-smooth-l1-bytes
+# :class: dropdown
+#
+# The profiler lists **two** kernels for eager Smooth L1 (at $2^{30}$ elements each is launched
+# twice, on the two halves of the tensor, and the mean is preceded by a tiny memset): an
+# element-wise kernel that computes the loss of every element into a temporary, and the mean. (`smooth_l1_loss` is one ATen
+# operator, but inside it writes the per-element losses to a full-size tensor and then calls
+# `mean` on it.) With $n$ float32 elements:
+#
+# | kernel | reads | writes |
+# |---|---|---|
+# | element-wise Smooth L1 | $2n$ | $n$ |
+# | mean | $n$ | 1 |
+# | **total** | $3n$ | $n$ |
+#
+# That is $4n$ elements, $16n$ bytes: twice the $8n$ it must read, so eager Smooth L1 should
+# take about twice the time of a fused kernel, and its predicted time is the bytes over the
+# read bandwidth. The cells below compute both and compare them with the measurements.
+# ````
+
+# %% tags=["gpu", "nbval-ignore-output"]
+# The kernels, seen by the profiler (a smaller size is enough to count them).
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+inputs = get_loss("smooth_l1").make_inputs((1 << 24,), torch.Generator(device="cuda").manual_seed(0), "cuda")
+get_loss("smooth_l1").reference(*inputs)
+torch.cuda.synchronize()
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    get_loss("smooth_l1").reference(*inputs)
+    torch.cuda.synchronize()
+found = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+print(f"{len(found)} kernels:")
+for name in found:
+    print("  " + name.split("(")[0][:120])
+del inputs
+
+# %%
+n = 1 << 30
+smooth_l1_bytes = (2 * n + n) * 4 + n * 4  # element-wise: read p, t, write the losses; mean: read them
+check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes, 4 * n * 4)
+
+# %% tags=["nbval-ignore-output"]
+eager = at("smooth_l1", "eager", (n,))
+compiled = at("smooth_l1", "torch.compile", (n,))
+predicted_ms = smooth_l1_bytes / peak / 1e6
+print(f"predicted {predicted_ms:.3f} ms (bytes / read bandwidth), measured {eager['ms']:.3f} ms: "
+      f"{eager['ms'] / predicted_ms:.2f}x the prediction")
+print(f"eager / torch.compile: {eager['ms'] / compiled['ms']:.2f}x (bytes predict 2.00x)")
+
+# %% [markdown]
+# ````{solution} ch1-launch-crossover
+# :class: dropdown
+#
+# Sort eager MSE's rows by size and take the first whose GB/s reach half of the best. Eager
+# MSE never reaches half of the read bandwidth because it moves three times the bytes it must
+# ($24$ bytes per element instead of $8$): even running at the full read bandwidth, its
+# effective bandwidth (the $8$ bytes over its time) would be a third of it.
+# ````
+
+# %%
+mse_eager = by_size("mse", "eager")
+best = max(r["gbps"] for r in mse_eager)
+mse_crossover_elements = next(math.prod(r["shape"]) for r in mse_eager if r["gbps"] >= best / 2)
+expected = math.prod(next(r for r in mse_eager if r["gbps"] >= 0.5 * best)["shape"])
+check_answer("first size where eager MSE reaches half its best throughput",
+             mse_crossover_elements, expected, rtol=0)
+
+# %% tags=["nbval-ignore-output"]
+print(f"eager MSE reaches half its best from {mse_crossover_elements:,} elements; "
+      f"its best is {best:.0f} GB/s, {100 * best / peak:.0f}% of the read bandwidth")
+small = mse_eager[0]
+print(f"at {math.prod(small['shape']):,} elements it takes {small['ms'] * 1e3:.1f} us")
+
+# %% [markdown]
+# ````{solution} ch1-ce-roofline
+# :class: dropdown
+#
+# The logits are $32768 \times 4096 = 2^{27}$ float32 values ($2^{29}$ bytes) and the targets
+# $32768$ int64 values ($2^{18}$ bytes). At 4 flops per logit the intensity is
+# $4 \cdot 2^{27} / (2^{29} + 2^{18}) \approx 1$ flop/byte, far below the ridge point computed
+# in the chapter: cross-entropy is memory-bound like the others. Its roofline time is the
+# bytes over the read bandwidth; the cell below compares it with PyTorch's times.
+# ````
+
+# %%
+shape = (32768, 4096)
+ce_bytes = get_loss("cross_entropy").min_bytes(shape)
+ce_intensity = 4 * math.prod(shape) / ce_bytes
+ce_roofline_ms = ce_bytes / (peak * 1e9) * 1e3
+check_answer("arithmetic intensity of cross-entropy", ce_intensity, 4 * 32768 * 4096 / ce_bytes)
+check_answer("roofline time of cross-entropy (ms)", ce_roofline_ms, ce_bytes / peak / 1e6)
+
+# %% tags=["nbval-ignore-output"]
+print(f"roofline {ce_roofline_ms:.3f} ms at {peak:.0f} GB/s")
+for provider in ("eager", "torch.compile"):
+    r = at("cross_entropy", provider, shape)
+    print(f"{provider}: {r['ms']:.3f} ms, {100 * ce_roofline_ms / r['ms']:.0f}% of the roofline")

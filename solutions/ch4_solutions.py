@@ -1,0 +1,77 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %%
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Solutions: chapter 4
+#
+# The answers to the exercises of {doc}`../chapters/04_two_pass`. Each builds the reference
+# solution kernel from `solutions/kernels/` and runs the same check as the exercise.
+
+# %%
+import torch
+
+import kernels
+from kernels import bench, check, load
+from kernels.notebook import show_source
+
+# %% [markdown]
+# ```{solution} ex-ch4-kahan
+# :class: dropdown
+#
+# Kahan summation carries the rounding error of the running sum in a second float `c`. For each
+# partial $x$: `y = x - c` (the addend, corrected), `t = sum + y` (rounded), `c = (t - sum) - y`
+# (exactly what that rounding added), `sum = t`. The error of the whole sum then no longer grows
+# with the number of addends: it stays about one float rounding, as good as a float64
+# accumulator, while every operation is still float32. The compiler keeps `(t - sum) - y` as
+# written because nvcc does not reassociate floating-point arithmetic by default; with
+# `--use_fast_math` it could simplify `c` to 0 and silently undo the compensation.
+# ```
+
+# %%
+show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu")
+
+# %% tags=["gpu"]
+STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
+solution = load(f"{ROOT}/solutions/kernels/ch4_kahan.cu")
+check(solution.mse, "mse")
+check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
+
+# %% [markdown]
+# ```{solution} ex-ch4-last-block
+# :class: dropdown
+#
+# When a block sees that it was the last one to count itself done, every other block of the
+# launch has already incremented the counter and none will touch it again, so the last block
+# can simply store 0 into it: `g_blocks_done = 0;`. The next launch on the same stream starts
+# only after this one has finished, so it finds 0. Version 3 of the chapter gets the same effect
+# with `atomicInc(counter, gridDim.x - 1)`, which wraps to 0 by itself on the last increment.
+#
+# Either way the counter belongs to the module, not to the launch: two launches running at the
+# same time on two streams would mix their counts. A counter in the workspace, zeroed with
+# `cudaMemsetAsync` before every launch (version 3's `mse_memset`), is always safe, at the price
+# of one more operation on the stream.
+# ```
+
+# %%
+show_source(f"{ROOT}/solutions/kernels/ch4_last_block.cu")
+
+# %% tags=["gpu"]
+solution = load(f"{ROOT}/solutions/kernels/ch4_last_block.cu")
+check(solution.mse, "mse")
+check(solution.mse, "mse")  # a second round: the counter is ready again

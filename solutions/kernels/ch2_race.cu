@@ -1,0 +1,50 @@
+// Solution (chapter 2 exercise): the race was `block_sum += sum`.
+//
+// `+=` on shared memory is three steps (load, add, store). The 32 lanes of a warp load the same
+// old value, each adds its own sum, and all store: one store wins and 31 sums are lost; warps
+// interleave the same way. The smallest fix is atomicAdd(&block_sum, sum), a shared-memory atomic
+// per thread. Faster, done here: add the warp's 32 sums in registers with shuffles first, so only
+// one shared-memory atomic per warp (8 per block) remains.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_utils.cuh"
+#include "loss_args.h"
+#include "losses.cuh"
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads) mse_block_total(ReductionArgs a, float* total) {
+    __shared__ float block_sum;
+    if (threadIdx.x == 0) block_sum = 0.0f;
+    __syncthreads();
+
+    const MseLoss loss;
+    float sum = 0.0f;
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.n;
+         i += stride)
+        sum += loss(a.pred[i], a.target[i % a.target_len]);  // % target_len: a broadcast target
+
+    for (int offset = 16; offset > 0; offset >>= 1)
+        sum += __shfl_down_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) atomicAdd(&block_sum, sum);  // was: block_sum += sum (a race)
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(total, block_sum);
+}
+
+__global__ void divide_by_n(const float* total, int64_t n, float* out) {
+    *out = static_cast<float>(static_cast<double>(*total) / static_cast<double>(n));
+}
+
+extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t stream) {
+    float* total = static_cast<float*>(a->workspace);  // uninitialised: zero it first
+    cudaError_t err = cudaMemsetAsync(total, 0, sizeof(float), stream);
+    if (err != cudaSuccess) return err;
+    const int64_t needed = ceil_div(a->n, kThreads);
+    static const int64_t resident = resident_blocks(mse_block_total, kThreads);
+    const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
+    mse_block_total<<<blocks, kThreads, 0, stream>>>(*a, total);
+    divide_by_n<<<1, 1, 0, stream>>>(total, a->n, a->out);
+    return cudaGetLastError();
+}
