@@ -96,6 +96,7 @@ class Loss:
 _ELEMENT_WISE_SHAPES = (
     ("1 element", (1,)),
     ("below one block", (100,)),
+    ("a few blocks, one of them partial", (3_001,)),
     ("not a multiple of the block", (100_003,)),
     ("2-D, odd sizes", (257, 1_031)),
     ("large, odd", ((1 << 22) + 7,)),
@@ -107,6 +108,7 @@ LOSSES = {
     "hinge": Loss("hinge", hinge, _hinge_inputs, (
         ("1 x 1", (1, 1)),
         ("rows below one block", (3, 100)),
+        ("a few blocks of rows", (3, 1_000)),
         ("square, odd (KernelBench shape)", (1_031, 1_031)),
         ("rows not a multiple of 4", (700, 1_001)),
         ("large", (2_049, 2_048)),

@@ -2,24 +2,48 @@
 //
 // Fixes (vs version 1): version 1 gives one partial per *block*, so its sum order, and so its
 // last bits, change with the grid size (and with the GPU's SM count). Here every warp sums
-// whole tiles of kTile consecutive elements in a fixed order, one float partial per tile; the
-// grid only decides which warp takes which tile. Pass 2 adds the tile partials in float64 in a
-// fixed order with one block, divides by n and writes the 0-d result: no host round-trip.
-// Loads are 16 bytes wide, kUnroll of them per input in flight per thread.
-// Still slow: nothing at large sizes (this runs at the read bandwidth); at small sizes the two
-// launches cost about 2 x the launch latency (version 3 finishes in one launch).
+// whole tiles of consecutive elements in a fixed order, one float partial per tile; the grid
+// only decides which warp takes which tile. Pass 2 adds the tile partials in float64 in a fixed
+// order with one block, divides by n and writes the 0-d result: no host round-trip.
+// The tile size depends on n alone (never on the grid or the GPU): 512 elements for small
+// inputs, doubling until there are at most 8192 tiles, at most kMaxTile. Small inputs get
+// enough tiles to keep every SM busy; large ones few enough partials for pass 2 to read fast.
+// Loads are 16 bytes wide, kUnroll of them per input per step of a warp.
+// Still slow: at small sizes the two launches cost about 2 x the launch latency (version 3
+// finishes in one launch).
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
 
 constexpr int kThreads = 256;              // threads per block in pass 1
-constexpr int kUnroll = 4;                 // 16-byte loads per input in flight per thread
-constexpr int kStep = 32 * 4 * kUnroll;    // elements one warp reads per unrolled step: 512
-constexpr int kTile = 16 * kStep;          // elements summed into one partial: 8192
+constexpr int kUnroll = 4;                 // 16-byte loads per input per step
+constexpr int kStep = 32 * 4 * kUnroll;    // elements one warp reads per step: 512
+constexpr int64_t kMaxTile = 16 * kStep;   // elements summed into one partial, at most: 8192
+constexpr int64_t kWantedTiles = 8192;     // tiles grow until there are at most this many
 constexpr int kFinalThreads = 1024;        // pass 2: one block
+
+// Elements per tile for n inputs: a function of n only, so the sum order is fixed by n. The
+// partials fit the workspace (LOSS_WORKSPACE_BYTES): at most 8192 (32 KiB) while tiles are
+// smaller than kMaxTile, and one per kMaxTile >= 1024 inputs beyond.
+static int64_t tile_size(int64_t n) {
+    int64_t tile = kStep;
+    while (tile < kMaxTile && ceil_div(n, tile) > kWantedTiles) tile *= 2;
+    return tile;
+}
+
+// LOSS_KERNELS_BLOCKS=k, read once per process, caps the grid at k blocks: a test knob that
+// shows the result does not depend on the grid (bench/reduction_targets.py uses it).
+static int64_t grid_cap() {
+    static const int64_t cap = [] {
+        const char* text = getenv("LOSS_KERNELS_BLOCKS");
+        return text ? atoll(text) : 0LL;
+    }();
+    return cap;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -28,14 +52,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // A full tile with 16-byte loads. Lane l reads float4 number (step * kUnroll + u) * 32 + l.
 template <class Loss, bool kBroadcast>
-__device__ float full_tile_sum(const ReductionArgs& a, int64_t start, int lane) {
+__device__ float full_tile_sum(const ReductionArgs& a, int64_t start, int steps, int lane) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred + start);
     const float4* target = reinterpret_cast<const float4*>(a.target + (kBroadcast ? 0 : start));
     const uint32_t period = static_cast<uint32_t>(a.target_len);     // < 2^31 when kBroadcast
     const uint32_t base = kBroadcast ? static_cast<uint32_t>(start % a.target_len) : 0;
     float acc = 0.0f;
-    for (int step = 0; step < kTile / kStep; ++step) {
+    for (int step = 0; step < steps; ++step) {
         float4 p[kUnroll], t[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -64,26 +88,36 @@ __device__ float any_tile_sum(const ReductionArgs& a, int64_t start, int64_t end
 
 template <class Loss, bool kVector, bool kBroadcast>
 __global__ void __launch_bounds__(kThreads) tile_partials(ReductionArgs a, float* partials,
-                                                          int64_t tiles) {
+                                                          int64_t tiles, int64_t tile_elems) {
     const int lane = threadIdx.x % 32;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
     for (int64_t tile = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / 32;
          tile < tiles; tile += warps) {
-        const int64_t start = tile * kTile;
-        const int64_t end = start + kTile < a.n ? start + kTile : a.n;
-        const float sum = kVector && end - start == kTile
-                              ? full_tile_sum<Loss, kBroadcast>(a, start, lane)
+        const int64_t start = tile * tile_elems;
+        const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
+        const float sum = kVector && end - start == tile_elems
+                              ? full_tile_sum<Loss, kBroadcast>(a, start,
+                                                                static_cast<int>(tile_elems / kStep), lane)
                               : any_tile_sum<Loss>(a, start, end, lane);
         const float tile_sum = warp_sum(sum);
         if (lane == 0) partials[tile] = tile_sum;
     }
 }
 
+// Pass 2: thread t adds partials 4t..4t+3, then 4(t + 1024).., in float64, then a fixed tree.
+// 16-byte loads, 4 in flight per thread: 8192 partials are two rounds of loads, not eight.
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
     __shared__ double warp_sums[kFinalThreads / 32];
+    const float4* vectors = reinterpret_cast<const float4*>(partials);  // workspace: 256-byte aligned
+    const int64_t nvec = count / 4;
     double acc = 0.0;
-    for (int64_t i = threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
+#pragma unroll 4
+    for (int64_t v = threadIdx.x; v < nvec; v += kFinalThreads) {
+        const float4 p = vectors[v];
+        acc += (static_cast<double>(p.x) + p.y) + (static_cast<double>(p.z) + p.w);
+    }
+    for (int64_t i = 4 * nvec + threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
     for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
     __syncthreads();
@@ -97,27 +131,29 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
 
 template <class Loss, bool kVector, bool kBroadcast>
 static void launch_partials(const ReductionArgs* a, float* partials, int64_t tiles,
-                            cudaStream_t stream) {
+                            int64_t tile_elems, cudaStream_t stream) {
     const auto kernel = tile_partials<Loss, kVector, kBroadcast>;
     const int64_t needed = ceil_div(tiles, kThreads / 32);
     static const int64_t resident = resident_blocks(kernel, kThreads);  // asked once: costs µs
-    const unsigned blocks = static_cast<unsigned>(needed < resident ? needed : resident);
-    kernel<<<blocks, kThreads, 0, stream>>>(*a, partials, tiles);
+    int64_t blocks = needed < resident ? needed : resident;
+    if (grid_cap() > 0 && blocks > grid_cap()) blocks = grid_cap();
+    kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(*a, partials, tiles, tile_elems);
 }
 
 template <class Loss>
 static cudaError_t launch_two_pass(const ReductionArgs* a, cudaStream_t stream) {
-    const int64_t tiles = ceil_div(a->n, kTile);
+    const int64_t tile_elems = tile_size(a->n);
+    const int64_t tiles = ceil_div(a->n, tile_elems);
     float* partials = static_cast<float*>(a->workspace);
     const bool broadcast = a->target_len != a->n;
     const bool vector = is_aligned16(a->pred) && is_aligned16(a->target) &&
                         (!broadcast || (a->target_len % 4 == 0 && a->target_len < (1LL << 31)));
     if (vector && broadcast)
-        launch_partials<Loss, true, true>(a, partials, tiles, stream);
+        launch_partials<Loss, true, true>(a, partials, tiles, tile_elems, stream);
     else if (vector)
-        launch_partials<Loss, true, false>(a, partials, tiles, stream);
+        launch_partials<Loss, true, false>(a, partials, tiles, tile_elems, stream);
     else
-        launch_partials<Loss, false, false>(a, partials, tiles, stream);
+        launch_partials<Loss, false, false>(a, partials, tiles, tile_elems, stream);
     finish_mean<<<1, kFinalThreads, 0, stream>>>(partials, tiles, a->n, a->out);
     return cudaGetLastError();
 }

@@ -20,22 +20,33 @@ struct ReductionArgs {
     void* workspace;     // LOSS_WORKSPACE_BYTES(n), uninitialised
 };
 
-// Cross-entropy over the rows of a (rows x classes) matrix of logits.
-enum LogitsDtype { LOGITS_F32 = 0, LOGITS_BF16 = 1, LOGITS_F16 = 2 };
+// Cross-entropy over the rows of a (rows x classes) matrix of logits (chapter 5).
+// A kernel file defines up to three launchers taking this struct, one per op (kernels/load.py):
+//   cross_entropy_launch             forward: losses, and optionally lse or the fused gradient
+//   cross_entropy_backward_launch    gradient from the saved lse (reduction "none")
+//   cross_entropy_scale_grad_launch  grad *= grad_output, read on the device (mean / sum)
+enum LogitsDtype { LOGITS_F32 = 0, LOGITS_BF16 = 1, LOGITS_F16 = 2, LOGITS_F64 = 3 };
 enum Reduction { REDUCTION_NONE = 0, REDUCTION_MEAN = 1, REDUCTION_SUM = 2 };
 
+// Scratch for cross-entropy: 64 KiB for counters, then up to 24 bytes per row (per-row losses, or
+// one (sum, count, flag) partial per tile of rows, before the fixed-order sum).
+#define CE_WORKSPACE_BYTES(rows) (64 * 1024 + 24 * ((rows) + 1))
+
+// "acc" below is float, or double when logits are float64 (the gradcheck path).
 struct CrossEntropyArgs {
-    const void* logits;     // rows x classes, contiguous, of logits_dtype
-    const int64_t* target;  // rows class indices (int64, as PyTorch)
-    int64_t rows;
-    int64_t classes;
-    int logits_dtype;       // LogitsDtype
-    int reduction;          // Reduction
-    int64_t ignore_index;   // rows whose target equals it add nothing (PyTorch's default -100)
-    float label_smoothing;  // 0 for plain cross-entropy
-    float* out;             // reduction == NONE: rows losses; else the 0-d result
-    float* lse;             // rows log-sum-exp values saved for backward, or NULL
-    void* grad;             // rows x classes gradient of the logits' dtype, or NULL (no backward)
-    int* bad_target;        // device flag, set to 1 when a target is out of range
-    void* workspace;        // LOSS_WORKSPACE_BYTES(rows * classes), uninitialised
+    const void* logits;       // rows x classes, contiguous, of logits_dtype
+    const int64_t* target;    // rows class indices (int64, as PyTorch)
+    int64_t rows;             // > 0 (the binding answers empty inputs itself)
+    int64_t classes;          // > 0
+    int logits_dtype;         // LogitsDtype
+    int reduction;            // Reduction
+    int64_t ignore_index;     // rows whose target equals it add nothing (PyTorch's default -100)
+    double label_smoothing;   // in [0, 1]; 0 for plain cross-entropy (double: exact for fp64)
+    void* out;                // logits_dtype: reduction NONE -> rows losses, else the 0-d result
+    void* lse;                // rows acc log-sum-exp values saved for backward, or NULL
+    void* grad;               // rows x classes of logits_dtype, or NULL. Forward: the fused
+                              // gradient for grad_output == 1. Backward ops: the result.
+    const void* grad_output;  // backward ops: 0-d (scale_grad) or rows values, logits_dtype
+    int* bad_target;          // 0-d flag, always written: 1 when a target is out of range
+    void* workspace;          // CE_WORKSPACE_BYTES(rows), uninitialised
 };
