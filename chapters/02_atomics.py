@@ -132,8 +132,22 @@ v1
 # awkward sizes (one element, less than a block, not a multiple of the block, 2-D), fresh random
 # inputs, an allocator poisoned with NaN, and checks the result's shape, dtype and device:
 
+# %% [markdown]
+# One float receives all $n$ additions, and once that running sum is large the small squares
+# added to it are rounded away: version 1 loses digits as $n$ grows (its header gives the
+# measured error). We check it with a tolerance of $10^{-3}$ on the cases up to $10^5$ elements;
+# the cell after it shows the large case failing.
+
 # %% tags=["gpu"]
-check(v1.mse, "mse")
+small = [(label, shape) for label, shape in kernels.get_loss("mse").check_shapes
+         if math.prod(shape) <= 10**5]
+check(v1.mse, "mse", rtol=1e-3, shapes=small)
+
+# %% tags=["gpu", "nbval-ignore-output"]
+try:
+    check(v1.mse, "mse", rtol=1e-3)
+except CheckFailed as failure:
+    print(failure)
 
 # %% [markdown]
 # Bad inputs get a clear error from the binding instead of a wrong answer. (A CPU tensor does not
@@ -188,7 +202,7 @@ v2 = load("ch2_atomics/v2_thread_accumulate.cu")
 v2
 
 # %% tags=["gpu"]
-check(v2.mse, "mse")
+check(v2.mse, "mse", rtol=1e-4)  # a few hundred thousand float atomics: ~1e-5 lost
 
 # %% [markdown]
 # ## Version 3: one atomic per warp

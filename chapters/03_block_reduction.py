@@ -29,6 +29,7 @@ if ROOT not in sys.path:
 # Then the same skeleton computes every element-wise loss of the course: a new loss is a functor
 # of a few lines.
 
+
 # %%
 import numpy as np
 import torch
@@ -37,6 +38,15 @@ from IPython.display import Markdown
 import kernels
 from kernels import CheckFailed, KernelBuildError, bench, check, load, results
 from kernels.notebook import show_source
+
+# %% [markdown]
+# One detail first. Versions 1 to 5 use one block per 256 or 512 elements: millions of blocks at
+# $2^{30}$ elements. If each added its sum into one float, those atomics would queue on one
+# address (chapter 2's contention) and set the time of every version alike. So block $b$ adds
+# into slot $b \bmod 1024$, and a last small kernel adds the 1024 slots and divides by $n$:
+
+# %%
+show_source("common/block_slots.cuh")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 GPU = torch.cuda.get_device_name()

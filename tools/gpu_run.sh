@@ -20,17 +20,18 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
-notebooks=(chapters/*.ipynb solutions/*.ipynb)
+# $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds.
+read -r -a notebooks <<< "${NOTEBOOKS:-$(echo chapters/*.ipynb solutions/*.ipynb)}"
 status=0
 for stage in "$@"; do
   echo "=== $stage"
   case $stage in
-    builds)  python3 bench/build_times.py --keep "$KERNELS_BUILD_DIR" || status=1 ;;
+    builds)  python3 bench/build_times.py --keep "$KERNELS_BUILD_DIR" ${BUILD_FILES:-} || status=1 ;;
     execute) python3 tools/execute.py "${notebooks[@]}" || status=1
              python3 tools/status.py ;;
     nbval)   KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
              python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval --nbval-sanitize-with nbval_sanitize.cfg \
-               -o addopts="" chapters solutions || status=1 ;;
+               -o addopts="" "${notebooks[@]}" || status=1 ;;
     tests)   RELIABILITY_RESULTS=/tmp/reliability.jsonl python3 -m pytest -q -p no:cacheprovider \
                -o addopts="" tests/gpu --timeout 900 || status=1
              python3 tools/reliability_report.py /tmp/reliability.jsonl || status=1 ;;

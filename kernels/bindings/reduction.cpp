@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "binding_utils.h"
 #include "loss_args.h"
 
 using ReductionLauncher = cudaError_t (*)(const ReductionArgs*, cudaStream_t);
@@ -28,7 +29,7 @@ static int64_t broadcast_period(const at::Tensor& pred, const at::Tensor& target
     bool suffix = kept <= p.size();
     for (size_t k = 0; suffix && k < kept; ++k)
         suffix = t[first + k] == p[p.size() - kept + k];
-    TORCH_CHECK(suffix, "target shape ", t, " must equal pred shape ", p,
+    TORCH_CHECK(suffix, "target shape ", shape_of(target), " must equal pred shape ", shape_of(pred),
                 " or one of its trailing parts (PyTorch broadcasts from the right)");
     return target.numel();
 }

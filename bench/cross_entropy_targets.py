@@ -1,0 +1,219 @@
+"""Measure the chapter 5 targets (issue 5) in one run and save the rows (not a timed test).
+
+    python bench/cross_entropy_targets.py        # on the GPU machine
+
+Times, side by side on the same inputs: eager ``F.cross_entropy``, ``torch.compile`` of it
+(dynamic=False), Liger-Kernel's fused cross-entropy when it is installed, and the chapter's
+versions, for the forward at 32768 x 4096 fp32 and 4096 x 131072 fp32/bf16 and for
+forward+backward at 32768 x 4096 fp32. Prints each target with PASS/MISS and writes
+book/results/cross_entropy_targets.csv (columns of kernels.results.COLUMNS).
+
+Bandwidth counts the bytes that must move: logits + int64 targets for the forward, plus the
+gradient written for forward+backward.
+"""
+import functools
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from kernels import bench, load, results
+from kernels.bench import Measurement
+from kernels.check import relative_error
+from kernels.cross_entropy import cross_entropy
+from kernels.losses import get_loss
+
+CHAPTER = "cross_entropy_targets"
+V1, V2, V3 = ("ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",
+              "ch5_cross_entropy/v3_fused_rows.cu")
+CHECKED = "v3 cross_entropy() [check_targets=True, default]"
+UNCHECKED = "v3 cross_entropy(check_targets=False)"
+
+try:  # Liger-Kernel: optional, compared when present
+    from liger_kernel.transformers.functional import liger_cross_entropy
+except ImportError:
+    liger_cross_entropy = None
+
+
+def raw_op(kernel):
+    """The forward op alone (mean, no target check): what the kernels cost."""
+    return lambda x, t: kernel.cross_entropy(x, t, -100, 1, 0.0, 0)[0]
+
+
+def forward_providers(dtype, versions):
+    compiled = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
+    providers = {"eager": F.cross_entropy, "compile": compiled}
+    if liger_cross_entropy is not None:
+        providers["liger"] = lambda x, t: liger_cross_entropy(x, t)
+    for name, kernel in versions.items():
+        providers[name] = raw_op(kernel)
+    providers[UNCHECKED] = functools.partial(cross_entropy, kernel=versions["v3"],
+                                             check_targets=False)
+    providers[CHECKED] = functools.partial(cross_entropy, kernel=versions["v3"])
+    return providers
+
+
+def forward_backward(loss_fn, grad_output=None):
+    def step(x, t):
+        x.grad = None
+        loss = loss_fn(x, t)
+        loss.backward(grad_output)
+    return step
+
+
+def bench_forward_backward(providers, shape, dtype=torch.float32, reps=50):
+    rows, classes = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    element = torch.tensor([], dtype=dtype).element_size()
+    nbytes = 2 * rows * classes * element + rows * 8  # read logits, write grad, read targets
+    props = torch.cuda.get_device_properties(0)
+    copies = bench.rotation_count(nbytes, props.L2_cache_size, torch.cuda.mem_get_info()[0] // 3)
+    arg_sets = []
+    for _ in range(copies):
+        x = torch.randn(shape, generator=gen, device="cuda", dtype=dtype).requires_grad_()
+        arg_sets.append((x, torch.randint(0, classes, (rows,), generator=gen, device="cuda")))
+    out = [Measurement("cross_entropy_fwd_bwd", name, tuple(shape), nbytes,
+                       bench.time_ms(fn, arg_sets, reps=reps)) for name, fn in providers.items()]
+    del arg_sets
+    torch.cuda.empty_cache()
+    return out
+
+
+def accuracy(kernel):
+    """Relative errors against float64 at the target shapes: loss and gradient."""
+    lines = []
+    for shape, dtype in (((32768, 4096), torch.float32), ((4096, 131072), torch.float32),
+                         ((4096, 131072), torch.bfloat16)):
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        x, t = get_loss("cross_entropy").make_inputs(shape, gen, "cuda", dtype)
+        ref = F.cross_entropy(x.double(), t)
+        ours = relative_error(cross_entropy(x, t, kernel=kernel), ref)
+        torch_err = relative_error(F.cross_entropy(x, t), ref)
+        lines.append((f"loss {shape} {dtype}", ours, torch_err))
+        if dtype == torch.float32 and shape[1] == 4096:
+            xg = x.clone().requires_grad_()
+            cross_entropy(xg, t, kernel=kernel).backward()
+            xr = x.double().requires_grad_()
+            F.cross_entropy(xr, t).backward()
+            xe = x.clone().requires_grad_()
+            F.cross_entropy(xe, t).backward()
+            lines.append((f"gradient {shape} {dtype}", relative_error(xg.grad, xr.grad),
+                          relative_error(xe.grad, xr.grad)))
+            del xg, xr, xe
+        del x, t, ref
+        torch.cuda.empty_cache()
+    return lines
+
+
+def kernel_times(label, fn, args, reps=5):
+    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*args)
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.device_time_total > 0:
+            print(f"  {label}: {event.key[:70]:<70} {event.device_time_total / reps:8.1f} µs "
+                  f"x{event.count // reps}")
+
+
+def main():
+    gpu = torch.cuda.get_device_name()
+    versions = {"v1": load(V1), "v2": load(V2), "v3": load(V3)}
+    for name, k in versions.items():
+        print(f"{name}: {k}")
+    peak = bench.read_bandwidth()
+    print(f"{gpu}: read bandwidth (torch.sum, 4 GiB) {peak:.0f} GB/s; "
+          f"Liger {'present' if liger_cross_entropy else 'not installed: skipped'}")
+    measured = []
+
+    fwd = bench.bench_loss(forward_providers(torch.float32, versions), "cross_entropy",
+                           (32768, 4096), reps=100)
+    measured += fwd
+    big32 = bench.bench_loss(forward_providers(torch.float32, versions), "cross_entropy",
+                             (4096, 131072), reps=30)
+    measured += big32
+    bf16_versions = {"v3": versions["v3"]}
+    big16 = bench.bench_loss(forward_providers(torch.bfloat16, bf16_versions), "cross_entropy",
+                             (4096, 131072), dtype=torch.bfloat16, reps=30)
+    for m in big16:
+        m.loss = "cross_entropy_bf16"
+    measured += big16
+
+    v3 = versions["v3"]
+    compiled = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
+    fb_providers = {
+        "eager": forward_backward(F.cross_entropy),
+        "compile": forward_backward(compiled),
+        "v3 fused [check_targets=True, default]": forward_backward(functools.partial(
+            cross_entropy, kernel=v3)),
+        "v3 fused, check_targets=False": forward_backward(functools.partial(
+            cross_entropy, kernel=v3, check_targets=False)),
+        "v3 fused, grad_output 2 (scaling pass)": forward_backward(
+            functools.partial(cross_entropy, kernel=v3, check_targets=False),
+            torch.tensor(2.0, device="cuda")),
+        "v3 lse + backward kernel": forward_backward(functools.partial(
+            cross_entropy, kernel=v3, check_targets=False, fused_backward=False)),
+    }
+    if liger_cross_entropy is not None:
+        fb_providers["liger"] = forward_backward(lambda x, t: liger_cross_entropy(x, t))
+    fb = bench_forward_backward(fb_providers, (32768, 4096))
+    measured += fb
+
+    print(f"\n{'loss':<22} {'shape':<12} {'provider':<48} {'ms':>8} {'GB/s':>7} {'%peak':>6}")
+    for m in measured:
+        print(f"{m.loss:<22} {results.shape_text(m.shape):<12} {m.provider:<48} {m.ms:8.4f} "
+              f"{m.gbps:7.0f} {100 * m.gbps / peak:5.1f}%")
+
+    def get(rows, provider):
+        return next(m for m in rows if m.provider == provider)
+
+    fb_checked, fb_unchecked = "v3 fused [check_targets=True, default]", "v3 fused, check_targets=False"
+    targets = []
+    # Three modes for the forward: the op alone (what the kernels cost), the wrapper with
+    # check_targets=False (trusted targets, nothing waits), the wrapper's default (reads the flag).
+    for mode, name in (("op alone", "v3"), ("check_targets=False", UNCHECKED),
+                       ("check_targets=True", CHECKED)):
+        targets += [
+            (f"fwd 32768x4096 fp32 GB/s >= 2800 [{mode}]", get(fwd, name).gbps, 2800),
+            (f"fwd 32768x4096 fp32 vs compile >= 1.45x [{mode}]",
+             get(fwd, "compile").ms / get(fwd, name).ms, 1.45),
+            (f"fwd 32768x4096 fp32 vs eager >= 2.4x [{mode}]",
+             get(fwd, "eager").ms / get(fwd, name).ms, 2.4),
+            (f"fwd 4096x131072 fp32 GB/s >= 2800 [{mode}]", get(big32, name).gbps, 2800),
+            (f"fwd 4096x131072 bf16 GB/s >= 2600 [{mode}]", get(big16, name).gbps, 2600),
+        ]
+    targets += [
+        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [check_targets=False]",
+         get(fb, "eager").ms / get(fb, fb_unchecked).ms, 2.5),
+        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [check_targets=True]",
+         get(fb, "eager").ms / get(fb, fb_checked).ms, 2.5),
+    ]
+    print()
+    for label, value, goal in targets:
+        print(f"{'PASS' if value >= goal else 'MISS'}  {label:<66} measured {value:.3f}")
+    for label, ours, torch_err in accuracy(v3):
+        goal = 1e-5 if "bfloat16" not in label else 1e-2
+        print(f"{'PASS' if ours <= goal else 'MISS'}  rel. error vs float64, {label:<36} "
+              f"{ours:.2e} (PyTorch's own: {torch_err:.2e})")
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(32768, 4096, generator=gen, device="cuda")
+    t = torch.randint(0, 4096, (32768,), generator=gen, device="cuda")
+    print("\nwhere the time goes, 32768 x 4096 fp32 forward (profiler, kernel durations):")
+    kernel_times("v3", raw_op(v3), (x, t))
+    xg = x.clone().requires_grad_()
+    kernel_times("v3 fwd+bwd", forward_backward(functools.partial(cross_entropy, kernel=v3,
+                                                                  check_targets=False)), (xg, t))
+    del x, t, xg
+
+    path = results.save(results.rows_from(measured, gpu, "ch5", peak), CHAPTER)
+    print(f"\nsaved {len(measured)} rows to {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
