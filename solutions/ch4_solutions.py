@@ -64,7 +64,7 @@ check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
 #
 # Either way the counter belongs to the module, not to the launch: two launches running at the
 # same time on two streams would mix their counts. A counter in the workspace, zeroed with
-# `cudaMemsetAsync` before every launch (version 3's `mse_memset`), is always safe, at the price
+# `cudaMemsetAsync` before every launch (version 3's `mse`), is always safe, at the price
 # of one more operation on the stream.
 # ```
 

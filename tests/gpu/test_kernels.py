@@ -42,7 +42,7 @@ def shapes_of(path, loss):
 
 CASES = element_wise_cases(ELEMENT_WISE_CHAPTERS)
 # The hostile-input tests run on the chapter 4 ops named exactly after a loss (mse, smooth_l1,
-# hinge): variants such as v3's mse_memset or v4's mse_float_tree / mse_sequential (kept for the
+# hinge): variants such as v3's mse_global_counter or v4's mse_float_tree / mse_sequential (kept for the
 # chapter's comparisons, less careful on purpose) get the check suite only.
 FINAL = [(f, op) for f, op in element_wise_cases(("ch4_two_pass",)) if op in LOSSES]
 
