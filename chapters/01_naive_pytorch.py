@@ -343,7 +343,7 @@ print(f"{len(measured)} measurements in {time.perf_counter() - started:.0f} s ->
 # From here on the chapter reads the measurements from the CSV file, so these cells run (and
 # the book builds) without a GPU.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 rows = results.load("ch1")
 peak = rows[0]["peak_gbps"]
 memory = {r["provider"]: r for r in results.select(rows, loss="memory")}
@@ -472,7 +472,7 @@ fig.suptitle(f"PyTorch's losses on {rows[0]['gpu']}")
 fig.tight_layout()
 plt.show()
 
-# %%
+# %% tags=["nbval-ignore-output"]
 for name in LOSS_NAMES:
     display(Markdown(f"**{name}**\n\n" + results.markdown_table(rows, ["eager", "torch.compile"], name)))
 

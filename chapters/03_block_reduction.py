@@ -233,17 +233,17 @@ print(f"{len(measured)} measurements saved")
 # run), each version against the one before it (step) and against version 1 (cumulative),
 # generated from the measurements:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 rows = results.load("ch3")
 VERSIONS = ["v1", "v2", "v3", "v4", "v5", "v6"]
 largest = max({r["shape"] for r in results.select(rows, loss="mse")}, key=lambda shape: shape[0])
 print(f"MSE, {largest[0]:,} elements")
 Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1"))
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", *VERSIONS]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "mse"))
 
 # %% [markdown]
@@ -254,13 +254,13 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "ms
 # small sizes every version is bound by launches (three per call), which chapter 4 reduces.
 # Smooth L1 and Hinge with the same kernel:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v6"]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v6"]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_l1") + "\n\n"
          + results.markdown_table(rows, ["eager", "torch.compile", "v6"], "hinge"))
 

@@ -343,7 +343,7 @@ print(f"{len(measured)} measurements saved")
 # Which of version 2 (two launches) and version 3 (one launch, a counter) is faster, size by size,
 # read from the measurements:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 rows = results.load("ch4")
 for loss in ("mse", "smooth_l1", "hinge"):
     wins = {"v2": 0, "v3": 0}
@@ -357,19 +357,19 @@ for loss in ("mse", "smooth_l1", "hinge"):
     choice = max(wins, key=wins.get)
     print(f"{loss}: v2 faster at {wins['v2']} sizes, v3 at {wins['v3']}: the chapter's final kernel is {choice}")
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"], "mse"))
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v2", "v3"]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v2", "v3"]);
 
-# %%
+# %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "smooth_l1") + "\n\n"
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "hinge"))
 

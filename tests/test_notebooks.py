@@ -84,6 +84,7 @@ GPU_PATTERNS = {
     "measures bandwidth": r"\bread_bandwidth\b|\bcopy_bandwidth\b",
     "times": r"(?<![\w])" + TIMING,
 }
+SHOWS_RESULTS = re.compile(r"\bresults\.load\(|markdown_table\(|speedup_table\(|plot_throughput\(")
 TIMES = re.compile(r"\bbench\.(?!" + CPU_BENCH + r")\w+|(?<![\w])" + TIMING)
 
 
@@ -174,6 +175,11 @@ def test_gpu_cells_are_tagged(path):
         if timing and not {"gpu", "nbval-ignore-output"} <= tags(cell):
             problems.append(f"cell {i} times ({timing.group(0)}) and must be tagged both gpu and "
                             f"nbval-ignore-output (it has {sorted(tags(cell))})")
+        # Tables and plots of results show measured numbers: a GPU validation run measures anew.
+        shows = SHOWS_RESULTS.search(code)
+        if shows and "nbval-ignore-output" not in tags(cell):
+            problems.append(f"cell {i} shows measured results ({shows.group(0)}) and must be "
+                            f"tagged nbval-ignore-output")
     assert not problems, f"{rel(path)}:\n" + "\n".join(problems)
 
 

@@ -39,7 +39,10 @@ def synced(py: Path):
         old = {(c.cell_type, c.source.strip()): c for c in stored.cells}
         for cell in fresh.cells:
             match = old.get((cell.cell_type, cell.source.strip()))
-            if match is not None and cell.cell_type == "code":
+            if match is None:
+                continue
+            cell.id = match.get("id", cell.get("id"))  # stable ids keep the diffs small
+            if cell.cell_type == "code":
                 cell.outputs = match.outputs
                 cell.execution_count = match.execution_count
         fresh.metadata.update({k: v for k, v in stored.metadata.items() if k == "course"})
