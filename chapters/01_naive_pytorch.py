@@ -366,7 +366,7 @@ print(f"copy bandwidth (4 GiB, read + write): {memory['copy (read + write)']['gb
 # eager mode moves according to the trace above. If the kernels are memory-bound, the ratio of
 # the times should follow the ratio of the bytes.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 lines = ["| loss | eager (ms) | torch.compile (ms) | time eager / compile | "
          "bytes eager moves / must read |", "|---|---|---|---|---|"]
 ratios = {}
@@ -405,7 +405,7 @@ print(f"compiled cross-entropy at 32768 x 4096 reaches {100 * ce['gbps'] / peak:
 # is **NVIDIA's datasheet figure** for non-tensor-core FP32, divided by the read bandwidth we
 # measured.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 # FP32 (non-tensor-core) peak TFLOP/s from NVIDIA's datasheets: NOT measured. First match wins.
 DATASHEET_FP32_TFLOPS = [("H100 PCIe", 51.0), ("H100 NVL", 60.0), ("H100", 67.0), ("H200", 67.0),
                          ("A100", 19.5), ("L40S", 91.6), ("L4", 30.3), ("A10G", 31.2),
@@ -491,7 +491,7 @@ for name in LOSS_NAMES:
 # throughput (the plateau on the right of its curve). Half of the read bandwidth is the
 # stricter test: eager losses, which move several times the bytes they must, may never pass it.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 gpu_us = launch["1-element add, GPU time"]["ms"] * 1e3
 host_us = launch["1-element add, call to result"]["ms"] * 1e3
 print(f"1-element add: {gpu_us:.1f} us of GPU time; {host_us:.1f} us from the Python call to the result")
