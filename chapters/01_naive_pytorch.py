@@ -259,15 +259,19 @@ for (name, provider), found in launched.items():
 # (and each reduction launch first clears a few bytes with a memset). The times follow the
 # bytes: the subtract, which moves 12 GiB, takes longest; the power (8 GiB) and the mean
 # (4 GiB) less in proportion. Hinge's broadcasting multiply runs a generic
-# `elementwise_kernel` instead of the vectorised one, a little slower for the same bytes.
+# `elementwise_kernel` instead of the vectorised one, and is clearly slower for the same bytes:
+# compare its two launches with those of the `add` that follows it, which also reads one
+# full-size tensor and writes another.
 # Eager cross-entropy's two kernels, `log_softmax`'s and `nll_loss`'s, live in an anonymous
-# namespace, which the shortened names above cut off.
+# namespace, where the shortening above cuts their names, leaving nothing: they are the two
+# lines without a name. (MSE's power kernel and Hinge's clamp are cut at the same place.)
 #
 # The compiled losses run kernels whose names start with `triton_` and list the operators
 # they fused (`mean`, `pow`, `sub` for MSE): Inductor, the compiler behind `torch.compile`,
 # generated Triton kernels that read each input once and never write the temporaries. For a
 # reduction this large it splits the sum: a big kernel reads everything and writes partial
-# sums, and a tiny one adds those (the second line of each compiled loss). Cross-entropy's
+# sums, and a tiny one adds those (the second line of each compiled element-wise loss;
+# compiled cross-entropy runs three kernels). Cross-entropy's
 # first kernel, `prepare_softmax_online`, makes one pass over each row computing its maximum
 # and its sum of exponentials together: the online softmax {cite}`milakov2018online` that
 # chapter 5 builds by hand. (To read the generated code, run with the environment variable
@@ -389,7 +393,7 @@ print(f"compiled cross-entropy at 32768 x 4096 reaches {100 * ce['gbps'] / peak:
 # bytes predict: see its broadcasting multiply in the profiler output). "Bytes moved" is a model, not a law: where the
 # compiled kernel does not itself reach the read bandwidth (the tables below give its GB/s,
 # and cross-entropy is the case to look at), the ratio of times is smaller than the ratio of
-# bytes. Chapter 5 writes a cross-entropy kernel that reaches it.
+# bytes. Chapter 5 writes a cross-entropy kernel that comes much closer to it.
 #
 # ## The roofline: why FLOPs do not matter
 #
@@ -529,16 +533,17 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes {smallest['
       f"{smallest['ms'] * 1e3 / gpu_us:.1f}x the 1-element add: it launches {len(traces['mse'])} kernels")
 
 # %% [markdown]
-# At the smallest sizes every loss takes many times the empty kernel's GPU time, and its
-# time hardly grows with the size: the GPU is not busy with the data, it is waiting for the
-# host. Each call runs Python and PyTorch's dispatcher on the CPU before each of its kernels
+# At the smallest sizes every loss takes longer than the empty kernel's GPU time (eager a few
+# times longer, compiled much longer: see the table), and its time grows far more slowly than
+# the size: the GPU is not busy with the data, it is waiting for the host. Each call runs Python and PyTorch's dispatcher on the CPU before each of its kernels
 # can launch; `kernels.bench.time_ms` keeps the GPU busy (clearing a buffer twice the size of
 # L2) while the host does that, but when the host needs longer than the clear, the events
 # measure the host's time. Eager mode pays that per operator. `torch.compile` launches fewer
 # kernels, but every call first runs Python code of its own (Dynamo's checks that the inputs
-# still match the compiled shapes, then Inductor's generated wrapper): compare the two
-# providers on the left of each plot and in the table to see which costs more on this
-# machine. Below the crossing, making a kernel faster changes nothing; what counts there is
+# still match the compiled shapes, then Inductor's generated wrapper). On this machine that
+# costs more than eager mode's dispatching: at the small sizes the compiled losses reach a
+# fraction of eager mode's throughput (left of each plot, and the tables above), and they
+# pass half of their own best only at a larger size than eager mode does. Below the crossing, making a kernel faster changes nothing; what counts there is
 # the work done per call on the host and the number of launches. (The compiled curves are
 # measured at every other size, so their crossing points are known only to within a factor
 # of 16.)
@@ -588,8 +593,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
 
 # %% [markdown]
 # The sequential sum loses digits as soon as the running sum dwarfs the terms: its error is
-# many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while the blocked sum's
-# stays near or below it. PyTorch's GPU
+# many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while that of
+# `torch.sum` on the CPU (the table's last column) stays near or below it. PyTorch's GPU
 # reduction over $2^{30}$ elements, measured above, sets the bar for the rest of the course:
 # our float32 kernels must agree with the float64 reference at least as well as PyTorch's own
 # reduction does, at every size. Chapter 4 returns to how the order of the additions decides

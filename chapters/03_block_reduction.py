@@ -42,7 +42,9 @@ from kernels.notebook import show_source
 # %% [markdown]
 # One detail first. Versions 1 to 5 use one block per 256 or 512 elements: millions of blocks at
 # $2^{30}$ elements. If each added its sum into one float, those atomics would queue on one
-# address (chapter 2's contention) and set the time of every version alike. So block $b$ adds
+# address (chapter 2's contention): at the rate chapter 2 measured for one address, they alone
+# would take about as long as a whole pass of these kernels, and would blur the differences
+# between the versions. So block $b$ adds
 # into slot $b \bmod 1024$, and a last small kernel adds the 1024 slots and divides by $n$:
 
 # %%
@@ -76,7 +78,9 @@ check(v1.mse, "mse")
 #
 # In version 1, the threads that work in a round are spread over all warps, so every warp runs
 # the round even when one of its threads works. Computing the index as `2 * s * tid` packs the
-# working threads into the first warps.
+# working threads into the first warps. (On this GPU the fix does not pay: the table at the end
+# shows version 2 slower than version 1. Its new access pattern has a cost of its own, the
+# subject of version 3.)
 
 # %%
 show_source("ch3_block_reduction/v2_interleaved_strided.cu")
@@ -248,10 +252,15 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "ms
 
 # %% [markdown]
 # The step column says what each fix is worth on this GPU; compare it with Harris's 2007
-# measurements {cite}`harris2007reduction`. For a loss that reads two large inputs the tree is a
-# small part of the work, so the steps that change how memory is read (version 4's two loads per
-# thread, version 6's wide loads and resident grid) are where to look for the large gains. At
-# small sizes every version is bound by launches (three per call), which chapter 4 reduces.
+# measurements {cite}`harris2007reduction`. On this GPU the ladder does not climb at every
+# step: version 2 is *slower* than version 1 (a step speed-up below 1), and version 3 only wins
+# that back, ending a few percent ahead of version 1. For a loss that reads two large inputs the
+# tree is a small part of the work: the large gains come from the steps that change how memory
+# is read, version 4's two loads per thread and version 6's wide loads and resident grid, with
+# a smaller one from version 5's shuffle tail. Version 6 comes close to the read bandwidth at
+# the largest size, just behind `torch.compile` there, level with it in the upper part of the
+# range, and ahead of it at most smaller sizes. At small sizes all six versions are close to
+# one another: they are bound by launches (three per call), which chapter 4 reduces.
 # Smooth L1 and Hinge with the same kernel:
 
 # %% tags=["nbval-ignore-output"]
@@ -265,6 +274,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
          + results.markdown_table(rows, ["eager", "torch.compile", "v6"], "hinge"))
 
 # %% [markdown]
+# For Smooth L1 the picture is MSE's: version 6 is ahead of `torch.compile` at the smaller
+# sizes, level with it from about $2^{24}$ elements, and just behind it at $2^{30}$. For Hinge,
+# `torch.compile` is ahead at most sizes, and version 6 stays a few percent behind it at
+# $2^{30}$.
+#
 # ## Exercises
 
 # %% [markdown]

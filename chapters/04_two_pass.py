@@ -175,7 +175,10 @@ print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) i
 # on an atomic counter, and the one that sees the count reach the grid size knows all partials
 # are written. It adds them in the same fixed order, so which block happens to be last changes
 # nothing. The counter must be 0 at every launch; the header explains the two ways the file
-# offers (`mse`, with the counter in the workspace, and `mse_global_counter`).
+# offers (`mse`, with the counter in the workspace, and `mse_global_counter`). Note that `mse`
+# (and `smooth_l1`, `hinge`), the entry points timed below, zero their counter with a
+# `cudaMemsetAsync` before any launch of more than one block: one kernel launch instead of two,
+# but still two operations on the stream.
 
 # %%
 show_source("ch4_two_pass/v3_last_block_finishes.cu")
@@ -307,19 +310,24 @@ torch.cuda.empty_cache()
 
 # %% [markdown]
 # The output above is the answer for this GPU, from the same inputs for every line. Read it
-# from the top: the atomic versions and the variants that keep a long float32 sum somewhere (a
-# lane's whole share, or a float32 final pass) against those where every float32 sum is short
-# (a tile) and the long sum over partials is in float64, and the compensated lanes of version 4.
-# Where they all land within an ulp or two, the float32 result itself is the limit; the
-# difference that remains between the atomic versions and the fixed-order ones is that the
-# latter give these bits on every run.
+# from the top. Chapter 2's version 4, whose block sums all meet in one float through atomics,
+# is the furthest from the float64 mean, several ulp away. Version 4's `mse_sequential`, which
+# keeps a lane's whole share in one float, comes next, at about two ulp; `torch.mean` and
+# chapter 3's version 6 (atomics, but only one per resident block) are within an ulp. Every
+# variant whose float32 sums are short (a tile) lands on the same float32 value, a small
+# fraction of an ulp from the float64 mean, that is, the float32 value nearest to it: with the
+# float64 final pass (versions 1 to 3), with the float32 final pass (`mse_float_tree`) and with
+# Kahan's compensated lanes (version 4) alike. On this input, then, short float32 sums are what
+# matters; the float64 final pass and the compensation change nothing in the result, because the
+# result cannot be closer than the nearest float32. The fixed-order versions also give these
+# bits on every run, which the atomic ones do not.
 #
 # ## Two launches or one? Choosing from the data
 #
 # We time the four versions, eager PyTorch and `torch.compile` on all three losses. For MSE we
 # add a second reference: `torch.sum` of each input, which reads exactly the bytes the loss reads
-# with PyTorch's own reduction (CUB-style). It computes no loss; it shows what reading those
-# bytes costs.
+# with PyTorch's own reduction kernel (`reduce_kernel`, the one chapter 1's profiler showed for
+# `mean`), in two launches. It computes no loss; it shows what reading those bytes costs.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 import torch._dynamo
@@ -374,10 +382,29 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "s
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "hinge"))
 
 # %% [markdown]
-# What to expect: at large sizes the second launch is a few microseconds against milliseconds of
-# reading, and at small sizes a launch is most of the time, where one launch should win. The
-# choice printed above is what the measurements decided; the plots and the choice come from the
-# same CSV, `book/results/ch4.csv`.
+# What we expected: at large sizes the second launch is a few microseconds against
+# milliseconds of reading, and at small sizes a launch is most of the time, where one launch
+# should win. What the measurements show: version 3 gains nothing measurable over version 2 on
+# this GPU, at any size. From $2^{16}$ elements on the two are within a few percent of each
+# other; at the two smallest sizes the gaps are larger but go both ways (for every loss,
+# version 3 is ahead at $2^{12}$ elements and behind at $2^{14}$). Neither wins consistently,
+# and by the count printed above version 2 is faster at more sizes for all three losses, so the
+# chapter's final kernel is version 2. Two likely reasons: the benchmark keeps the
+# GPU busy while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch
+# queued behind the first costs little GPU time; and the timed entry points of version 3 put a
+# memset on the stream before their kernel anyway (see above). The plots and the choice come
+# from the same CSV, `book/results/ch4.csv`.
+#
+# Against PyTorch, at $2^{30}$ elements the fixed-tile versions are within one to three percent
+# of `torch.compile` (closest for MSE and Smooth L1, furthest for Hinge), and for MSE within
+# about as much of `torch.sum` of the two inputs, which reads the same bytes and computes
+# nothing. Version 1 is as fast as they are or slightly faster at the large sizes, and version
+# 4's compensation costs nothing measurable: the time is the reading. At small sizes the
+# comparison depends on the loss. For MSE, our versions are ahead of `torch.compile` and of the
+# two `torch.sum` launches at every size up to $2^{24}$ elements; for Smooth L1, `torch.compile`
+# is ahead of version 2 at almost every size, and for Hinge at every size. (In this run `torch.compile`'s
+# small-size throughput differs a lot between the losses: its MSE is much slower there than its
+# Smooth L1 or Hinge.)
 #
 # ## Exercises
 

@@ -37,9 +37,9 @@ from kernels.notebook import show_source
 # Kahan summation carries the rounding error of the running sum in a second float `c`. For each
 # partial $x$: `y = x - c` (the addend, corrected), `t = sum + y` (rounded), `c = (t - sum) - y`
 # (exactly what that rounding added), `sum = t`. The error of the whole sum then no longer grows
-# with the number of addends: it stays about one float rounding, as good as a float64
-# accumulator, while every operation is still float32. The compiler keeps `(t - sum) - y` as
-# written because nvcc does not reassociate floating-point arithmetic by default; with
+# with the number of addends: it stays about one float rounding, close to what a float64
+# accumulator gives (the strict check below passes), while every operation is still float32.
+# The compiler keeps `(t - sum) - y` as written because nvcc does not reassociate floating-point arithmetic by default; with
 # `--use_fast_math` it could simplify `c` to 0 and silently undo the compensation.
 # ```
 
@@ -64,8 +64,8 @@ check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
 #
 # Either way the counter belongs to the module, not to the launch: two launches running at the
 # same time on two streams would mix their counts. A counter in the workspace, zeroed with
-# `cudaMemsetAsync` before every launch (version 3's `mse`), is always safe, at the price
-# of one more operation on the stream.
+# `cudaMemsetAsync` before every launch of more than one block (version 3's `mse`), is always
+# safe, at the price of one more operation on the stream.
 # ```
 
 # %%
