@@ -35,9 +35,10 @@
 // those rows stream, and their gradient reads the row a second time, mostly from L2).
 // Still slow: few very long rows (7 x 131075) use only 7 blocks: splitting a row across blocks
 // (a cluster, or a second pass merging partial (max, sum) pairs) is left as an exercise. Rows
-// whose length is not a multiple of the vector width (odd vocabularies such as 50257) skip the
-// register path: they stream, vectorised between a few scalars at each end of the row, so short
-// odd rows (4097 x 1001) waste most of a 512-thread block. The mean with the fused gradient
+// longer than 512 whose length is not a multiple of the vector width (odd vocabularies such as
+// 50257) skip the register path: they stream, vectorised between a few scalars at each end of
+// the row. (Shorter rows of any length get a warp each with 4-byte loads: before, a row of 10
+// classes got a whole 512-thread streaming block and ran at 7 GB/s on the H100.) The mean with the fused gradient
 // needs the count of rows before the row kernel: one more small kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -85,6 +86,7 @@ template <class T, int kVec> struct alignas(sizeof(T) * kVec) Vec { T v[kVec]; }
 
 constexpr int kGroupThreads = 256;   // block size of the warp-per-row kernel (8 rows per block)
 constexpr int kStreamThreads = 512;  // block size of the streaming (long-row) kernel
+constexpr int kShortLoads = 16;      // 4-byte loads per lane for short rows of any length
 constexpr int kStreamLoads = 4;      // vectors in flight per thread in the streaming kernel
 constexpr int kCountThreads = 1024;  // the one-block kernels: count of targets, final sum
 
@@ -530,6 +532,10 @@ static void launch_rows(const CrossEntropyArgs* a, cudaStream_t stream) {
     } else if (C % kVec == 0 && C <= 32 * 4 * kVec) {
         row_cached<T, 32, kVec, 4><<<row_grid(ceil_div(a->rows, kGroupThreads / 32)), kGroupThreads,
                                      0, stream>>>(*a);
+    } else if (C <= 32 * kShortLoads) {  // short rows of any length (10, 100): a warp each,
+        // 4-byte loads; the streaming kernel would give such a row a whole block of 512 threads
+        row_cached<T, 32, 1, kShortLoads><<<row_grid(ceil_div(a->rows, kGroupThreads / 32)),
+                                            kGroupThreads, 0, stream>>>(*a);
     } else if (C % kVec == 0 && C <= 256 * 4 * kVec) {
         row_cached<T, 256, kVec, 4><<<row_grid(a->rows), 256, 0, stream>>>(*a);
     } else {  // long rows, or rows of any length not a multiple of kVec
