@@ -48,7 +48,7 @@ def _error(value) -> float | None:
     return float(value)  # "inf" and "nan" are stored as strings
 
 
-def render(records: list[dict], gpu: str = "a GPU") -> str:
+def render(records: list[dict], gpu: str = "a GPU", changed=()) -> str:
     versions = defaultdict(lambda: {"tools": {}, "cases": 0, "error": None, "failed": []})
     rejected = []
     for r in records:
@@ -81,8 +81,9 @@ def render(records: list[dict], gpu: str = "a GPU") -> str:
         shown = "–" if error is None else ("**inf**" if math.isinf(error) or math.isnan(error)
                                            else f"{error:.1e}")
         failed = ", ".join(f"`{c}`" for c in v["failed"]) or "none"
-        lines.append(f"| `{name}` | " + " | ".join(tools) + f" | {v['cases'] or '–'} | {shown} "
-                     f"| {failed} |")
+        mark = " (changed since: results of the previous source)" if name in changed else ""
+        lines.append(f"| `{name}`{mark} | " + " | ".join(tools) + f" | {v['cases'] or '–'} | "
+                     f"{shown} | {failed} |")
     text = HEADER.format(gpu=gpu) + "\n".join(lines) + "\n"
     if rejected:
         text += ("\n## Wrong answers the checks reject\n\nEach of these has one typical bug "
@@ -99,6 +100,8 @@ def main() -> int:
     parser.add_argument("results", type=Path, help="the JSON lines file the GPU suites wrote")
     parser.add_argument("-o", "--output", type=Path, default=PAGE)
     parser.add_argument("--gpu", default=None, help="GPU name (default: from the records)")
+    parser.add_argument("--changed", nargs="*", default=(),
+                        help="versions whose source changed after the run (marked as such)")
     args = parser.parse_args()
     records = read_records(args.results)
     gpus = sorted({r["gpu"] for r in records if r.get("gpu")})
@@ -106,7 +109,7 @@ def main() -> int:
     if not records:
         print(f"{args.results} holds no results", file=sys.stderr)
         return 1
-    args.output.write_text(render(records, gpu))
+    args.output.write_text(render(records, gpu, set(args.changed)))
     print(f"wrote {args.output} ({len(records)} results)")
     return 0
 
