@@ -5,7 +5,7 @@
 #   kernelspec: {display_name: Python 3, language: python, name: python3}
 # ---
 
-# %%
+# %% tags=["hide-input"]
 # Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
 import os, subprocess, sys
 REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
