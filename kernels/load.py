@@ -43,9 +43,6 @@ OP_VARIANTS = {
 }
 LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')
 
-# Architectures compiled for when no GPU is present: Colab's T4 (sm_75) and Hopper (sm_90).
-DEFAULT_OFFLINE_ARCHS = ("7.5", "9.0")
-
 
 class KernelBuildError(RuntimeError):
     """The compiler rejected a kernel file; the message keeps only the compiler's diagnostics."""
@@ -55,7 +52,7 @@ class KernelBuildError(RuntimeError):
 class Kernel:
     """A built kernel version: one attribute per op, e.g. ``kernel.mse(pred, target)``."""
 
-    source: str  # path relative to kernels/
+    source: str  # relative to kernels/ (course kernels) or to the repository (solutions)
     name: str  # the unique build and library name
     ops: dict = field(default_factory=dict)
     build_seconds: float = 0.0
