@@ -6,14 +6,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-# torch finds CUDA from CUDA_HOME, else guesses from the nvcc on PATH; where that nvcc
-# is a wrapper script (/usr/local/bin/nvcc) it guesses /usr/local and linking fails.
-ifeq ($(CUDA_HOME),)
-ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
-export CUDA_HOME := /usr/local/cuda
-endif
-endif
-
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 

@@ -20,9 +20,30 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+def _point_torch_at_the_cuda_toolkit() -> None:
+    """Set CUDA_HOME where torch would guess it wrong.
+
+    torch.utils.cpp_extension takes the toolkit from $CUDA_HOME, else from the nvcc on PATH.
+    Where that nvcc is a wrapper script outside the toolkit (/usr/local/bin/nvcc on our CI
+    machines), torch guesses /usr/local and the link cannot find -lcudart. Only then, and only
+    before cpp_extension is imported (it reads the variable once), point it at /usr/local/cuda.
+    """
+    if "CUDA_HOME" in os.environ or "CUDA_PATH" in os.environ:
+        return
+    nvcc = shutil.which("nvcc")
+    toolkit = Path("/usr/local/cuda")
+    beside = Path(nvcc).resolve().parent.parent if nvcc else None
+    if (beside is None or not (beside / "include" / "cuda.h").exists()) \
+            and (toolkit / "bin" / "nvcc").exists():
+        os.environ["CUDA_HOME"] = str(toolkit)
+
+
+_point_torch_at_the_cuda_toolkit()
 
 KERNELS_DIR = Path(__file__).resolve().parent
 COMMON_DIR = KERNELS_DIR / "common"

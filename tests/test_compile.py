@@ -25,10 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("7.5", "9.0")
 SKIP_MARK = re.compile(r"//\s*test_compile:\s*skip\s*(.*)")
 
-# torch.utils.cpp_extension reads CUDA_HOME when it is imported. /usr/local/bin/nvcc may be a
-# wrapper script, from which torch would guess /usr/local and fail to link -lcudart.
-if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
-    os.environ["CUDA_HOME"] = "/usr/local/cuda"
+# Importing the loader sets CUDA_HOME where torch would guess it wrong (see kernels/load.py).
+import kernels.load  # noqa: E402,F401
 
 
 def kernel_files():

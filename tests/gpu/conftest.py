@@ -10,12 +10,11 @@ import os
 
 import pytest
 
-from gpu_support import use_cuda_home
+import gpu_support  # noqa: F401  (imports kernels.load, which sets CUDA_HOME if torch would guess wrong)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def gpu_build_environment(tmp_path_factory):
-    use_cuda_home()
     if not os.environ.get("KERNELS_BUILD_DIR"):
         os.environ["KERNELS_BUILD_DIR"] = str(tmp_path_factory.mktemp("kernel_builds"))
     yield os.environ["KERNELS_BUILD_DIR"]

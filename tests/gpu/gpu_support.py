@@ -26,12 +26,6 @@ CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
 load_module = importlib.import_module("kernels.load")
 
 
-def use_cuda_home():
-    """torch guesses CUDA_HOME from nvcc on PATH; /usr/local/bin/nvcc may be a wrapper script."""
-    if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
-        os.environ["CUDA_HOME"] = "/usr/local/cuda"
-
-
 def kernel_files(*chapters) -> list[Path]:
     return [p for c in chapters for p in sorted((KERNELS / c).glob("*.cu"))]
 
