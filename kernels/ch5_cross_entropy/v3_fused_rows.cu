@@ -2,12 +2,14 @@
 //
 // Fixes (vs version 2):
 // - 16-byte loads (4 fp32 or 8 bf16/fp16 values per load), several in flight per thread.
-// - The row is kept in registers when it fits (up to 4096 fp32 / 8192 bf16 classes): the max
-//   and the sum of exponentials then cost no second read, and the gradient softmax - one_hot
+// - The row is kept in registers when it fits (up to 4096 classes, 32 values per thread): the
+//   max and the sum of exponentials then cost no second read, and the gradient softmax - one_hot
 //   is written from the same registers while the forward runs (Liger-style: the forward writes
 //   the gradient for grad_output == 1, the backward only rescales it).
-// - Short rows (up to 512 fp32 / 1024 bf16 classes) get a warp each, no __syncthreads; rows up
-//   to 4096 fp32 a block of 256, all four 16-byte loads of every thread issued before any math.
+// - As few threads per row as hold it, every load of a thread issued before any math: 4 threads
+//   per row up to 128 classes (8 rows per warp), a warp up to 1024, a block of 128 up to 4096;
+//   rows of up to 16 classes of any length get one thread each. Short rows then keep enough
+//   bytes in flight, and their reductions are a few shuffles (no __syncthreads below a block).
 // - Longer rows (LLM vocabularies, 128256 classes) stream through the online softmax of
 //   version 2, vectorised, with a block of 512 threads per row; the gradient then takes a
 //   second read of the row.
@@ -19,7 +21,8 @@
 //   marks it, and no valid row has a negative loss), then one block of 1024 threads adds them
 //   in a fixed order in float64 with 16-byte loads (8 in flight per thread) and counts the
 //   sign bits for the mean's divisor: no targets read again (version 1's final kernel read
-//   losses and targets one at a time: 9.7 µs at 32768 rows). Out-of-range targets set a flag
+//   losses and targets one at a time: 9.7 µs at 32768 rows). Beyond 32768 rows, many blocks
+//   first add fixed chunks of 32768 losses (13M rows of 10 classes took one block 1.2 ms). Out-of-range targets set a flag
 //   (zeroed by a 4-byte memset) directly from the row kernel; reduction "none" needs no final
 //   kernel at all. Tried and dropped: the last block to finish adds the losses (a counter per
 //   block, no final launch): each of the 32768 blocks then paid a fence and an atomic before
@@ -37,9 +40,11 @@
 // (a cluster, or a second pass merging partial (max, sum) pairs) is left as an exercise. Rows
 // longer than 512 whose length is not a multiple of the vector width (odd vocabularies such as
 // 50257) skip the register path: they stream, vectorised between a few scalars at each end of
-// the row. (Shorter rows of any length get a warp each with 4-byte loads: before, a row of 10
-// classes got a whole 512-thread streaming block and ran at 7 GB/s on the H100.) The mean with the fused gradient
-// needs the count of rows before the row kernel: one more small kernel.
+// the row. (Shorter rows of any length are read 4 bytes at a time: a thread per row up to 16
+// classes, a warp per row up to 512. On the H100, rows of 10 classes read at 7 GB/s with a
+// 512-thread streaming block each, 83 GB/s with a warp each, about 2 TB/s with a thread each.)
+// The mean with the fused gradient needs the count of rows before the row kernel: one more
+// small kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -84,26 +89,26 @@ __device__ __forceinline__ double acc_max(double a, double b) { return fmax(a, b
 // kVec values of T loaded or stored as one (16-byte when kVec * sizeof(T) == 16) access.
 template <class T, int kVec> struct alignas(sizeof(T) * kVec) Vec { T v[kVec]; };
 
-constexpr int kGroupThreads = 256;   // block size of the warp-per-row kernel (8 rows per block)
+constexpr int kGroupThreads = 256;   // block size when a row takes 32 threads or fewer
 constexpr int kStreamThreads = 512;  // block size of the streaming (long-row) kernel
 constexpr int kShortLoads = 16;      // 4-byte loads per lane for short rows of any length
 constexpr int kStreamLoads = 4;      // vectors in flight per thread in the streaming kernel
 constexpr int kCountThreads = 1024;  // the one-block kernels: count of targets, final sum
 
 // ---------------------------------------------------------------------------------------------
-// Reductions over the kTPR threads of one row: a warp (shuffles only) or the whole block. The
-// order of the additions is fixed, so a row's result never depends on timing.
-template <class A> __device__ __forceinline__ A warp_max(A v) {
-    for (int o = 16; o > 0; o >>= 1) v = acc_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+// Reductions over the kTPR threads of one row: lanes of one warp (shuffles only; kWidth = kTPR
+// up to 32) or the whole block. The order of the additions is fixed: no timing changes a row.
+template <int kWidth = 32, class A> __device__ __forceinline__ A warp_max(A v) {
+    for (int o = kWidth / 2; o > 0; o >>= 1) v = acc_max(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-template <class A> __device__ __forceinline__ A warp_sum(A v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+template <int kWidth = 32, class A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int o = kWidth / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
 template <int kTPR, class A> __device__ __forceinline__ A row_max(A v, A* smem) {
-    v = warp_max(v);
+    v = warp_max<(kTPR < 32 ? kTPR : 32)>(v);
     if constexpr (kTPR > 32) {
         __syncthreads();  // smem may still be read by a previous reduction
         if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
@@ -118,9 +123,10 @@ template <int kTPR, class A> __device__ __forceinline__ A row_max(A v, A* smem) 
 // Three sums at once (s, the sum of the logits, the target's logit); b only with label smoothing.
 template <int kTPR, class A>
 __device__ __forceinline__ void row_sum3(A& a, A& b, A& c, bool with_b, A* smem) {
-    a = warp_sum(a);
-    if (with_b) b = warp_sum(b);
-    c = warp_sum(c);
+    constexpr int kWidth = kTPR < 32 ? kTPR : 32;
+    a = warp_sum<kWidth>(a);
+    if (with_b) b = warp_sum<kWidth>(b);
+    c = warp_sum<kWidth>(c);
     if constexpr (kTPR > 32) {
         constexpr int kWarps = kTPR / 32;
         __syncthreads();  // smem may still be read by a previous reduction
@@ -202,8 +208,8 @@ __device__ __forceinline__ A grad_scale(const CrossEntropyArgs& a, const RowTarg
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rows that fit in registers. kTPR threads per row (32: a warp, else the block), each holding
-// kLoads vectors of kVec values. The row is read once; its gradient, when asked for, is written
+// Rows that fit in registers. kTPR threads per row (up to 32: part of a warp, else the block),
+// each holding kLoads vectors of kVec values. The row is read once; its gradient, when asked for, is written
 // from the registers.
 template <class T, int kTPR, int kVec, int kLoads>
 __global__ void __launch_bounds__(kTPR > 32 ? kTPR : kGroupThreads)
@@ -211,21 +217,25 @@ row_cached(CrossEntropyArgs a) {
     using A = typename AccOf<T>::type;
     constexpr int kBlock = kTPR > 32 ? kTPR : kGroupThreads;
     constexpr int kRowsPerBlock = kBlock / kTPR;
-    __shared__ A smem[3 * (kTPR / 32)];
+    __shared__ A smem[3 * (kTPR > 32 ? kTPR / 32 : 1)];
     const int tid = threadIdx.x % kTPR;
     const int64_t C = a.classes;
     const int64_t nvec = C / kVec;  // kVec divides C (the launcher checks)
     const bool smoothing = a.label_smoothing != 0.0;
 
-    for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kTPR;
-         row < a.rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    // The loop runs the same number of times in every thread of the block: the shuffles of a
+    // group need the whole warp, so threads past the last row compute on -inf and store nothing.
+    for (int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock; first < a.rows;
+         first += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+        const int64_t row = first + threadIdx.x / kTPR;
+        const bool valid = kRowsPerBlock == 1 || row < a.rows;  // a block per row: always
         const T* x_row = static_cast<const T*>(a.logits) + row * C;
         // Every load of the row is issued before any arithmetic.
         A x[kLoads][kVec];
 #pragma unroll
         for (int l = 0; l < kLoads; ++l) {
             const int64_t v = static_cast<int64_t>(l) * kTPR + tid;
-            if (v < nvec) {
+            if (valid && v < nvec) {
                 const Vec<T, kVec> in = reinterpret_cast<const Vec<T, kVec>*>(x_row)[v];
 #pragma unroll
                 for (int k = 0; k < kVec; ++k) x[l][k] = to_acc(in.v[k]);
@@ -234,7 +244,7 @@ row_cached(CrossEntropyArgs a) {
                 for (int k = 0; k < kVec; ++k) x[l][k] = -A(INFINITY);
             }
         }
-        const RowTarget r = read_target(a, row);
+        const RowTarget r = valid ? read_target(a, row) : RowTarget{0, true, false};
         A m = -A(INFINITY);
 #pragma unroll
         for (int l = 0; l < kLoads; ++l)
@@ -264,9 +274,9 @@ row_cached(CrossEntropyArgs a) {
         }
         row_sum3<kTPR>(s, sum_x, xt, smoothing, smem);
         const A lse = m + acc_log(s);
-        if (tid == 0) write_row<T>(a, row, r, lse, xt, sum_x);
+        if (tid == 0 && valid) write_row<T>(a, row, r, lse, xt, sum_x);
 
-        if (a.grad) {
+        if (a.grad && valid) {
             const A scale = grad_scale<A>(a, r);
             const A p_scale = scale / s;  // softmax_j * scale = exp(x_j - m) * scale / s
             const A eps = static_cast<A>(a.label_smoothing);
@@ -408,21 +418,43 @@ __global__ void __launch_bounds__(kCountThreads) count_targets(CrossEntropyArgs 
     }
 }
 
-// The 0-d result (mean or sum): one block adds the rows' losses in a fixed order, in float64.
-// Thread i adds the 16-byte vectors i, i + 1024, ... in order, then the warps' sums are added in a
-// fixed tree: the same bits on every run. The mean divides by the rows whose loss is not -0.0
-// (0/0 = NaN: PyTorch's answer when every row is ignored).
-template <class T, class A>
-__global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
+// The 0-d result (mean or sum): the rows' losses are added in float64 in a fixed order, and the
+// rows whose loss is -0.0 (ignored) are counted for the mean's divisor (0/0 = NaN: PyTorch's
+// answer when every row is ignored). Up to kFinishChunk rows, one block does it all; beyond,
+// sum_chunks gives one (sum, ignored count) per chunk of kFinishChunk rows, many blocks at once
+// (one block alone read 13M losses in 1.2 ms), and finish adds the chunks' results.
+constexpr int64_t kFinishChunk = 8 * 4 * kCountThreads;  // one pass of the loop below: 32768
+
+// The block's threads' (acc, ignored) added in a fixed tree; the totals reach thread 0.
+__device__ void block_total(double& acc, long long& ignored) {
     __shared__ double sums[kCountThreads / 32];
     __shared__ long long counts[kCountThreads / 32];
-    const A* losses = row_losses<A>(a);
-    double acc = 0.0;
-    long long ignored = 0;
-    int64_t scalars_from = 0;
-    if constexpr (sizeof(A) == 4) {  // 4 losses per load, 8 loads in flight per thread
-        const float4* v = reinterpret_cast<const float4*>(losses);
-        const int64_t nvec = a.rows / 4;
+    acc = warp_sum(acc);
+    for (int o = 16; o > 0; o >>= 1) ignored += __shfl_xor_sync(0xffffffffu, ignored, o);
+    if (threadIdx.x % 32 == 0) {
+        sums[threadIdx.x / 32] = acc;
+        counts[threadIdx.x / 32] = ignored;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kCountThreads / 32; ++w) {  // (lane 0 holds w = 0)
+            acc += sums[w];
+            ignored += counts[w];
+        }
+    }
+}
+
+// Thread i adds the 16-byte vectors i, i + 1024, ... of losses[begin, end) in order (8 loads in
+// flight), then the warps' sums are added in a fixed tree: the result reaches thread 0.
+template <class A>
+__device__ void sum_range(const A* losses, int64_t begin, int64_t end, double& acc,
+                          long long& ignored) {
+    acc = 0.0;
+    ignored = 0;
+    int64_t scalars_from = begin;
+    if constexpr (sizeof(A) == 4) {  // begin is a multiple of 4: 16-byte aligned
+        const float4* v = reinterpret_cast<const float4*>(losses + begin);
+        const int64_t nvec = (end - begin) / 4;
         for (int64_t base = 0; base < nvec; base += 8 * kCountThreads) {
             float4 x[8];
 #pragma unroll
@@ -436,24 +468,51 @@ __global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
                 ignored += signbit(x[l].x) + signbit(x[l].y) + signbit(x[l].z) + signbit(x[l].w);
             }
         }
-        scalars_from = 4 * nvec;
+        scalars_from = begin + 4 * nvec;
     }
-    for (int64_t i = scalars_from + threadIdx.x; i < a.rows; i += kCountThreads) {
+    for (int64_t i = scalars_from + threadIdx.x; i < end; i += kCountThreads) {
         acc += static_cast<double>(losses[i]);
         ignored += signbit(losses[i]);
     }
-    acc = warp_sum(acc);
-    for (int o = 16; o > 0; o >>= 1) ignored += __shfl_xor_sync(0xffffffffu, ignored, o);
-    if (threadIdx.x % 32 == 0) {
-        sums[threadIdx.x / 32] = acc;
-        counts[threadIdx.x / 32] = ignored;
-    }
-    __syncthreads();
+    block_total(acc, ignored);
+}
+
+// Where sum_chunks leaves its results: after the losses, 8-byte aligned.
+template <class A> __device__ __forceinline__ double* chunk_sums(const CrossEntropyArgs& a) {
+    return reinterpret_cast<double*>(row_losses<A>(a) + (a.rows + 1) / 2 * 2);
+}
+
+template <class A>
+__global__ void __launch_bounds__(kCountThreads) sum_chunks(CrossEntropyArgs a) {
+    const int64_t begin = blockIdx.x * kFinishChunk;
+    const int64_t end = begin + kFinishChunk < a.rows ? begin + kFinishChunk : a.rows;
+    double acc;
+    long long ignored;
+    sum_range(row_losses<A>(a), begin, end, acc, ignored);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kCountThreads / 32; ++w) {  // (lane 0 holds w = 0)
-            acc += sums[w];
-            ignored += counts[w];
+        double* sums = chunk_sums<A>(a);
+        sums[blockIdx.x] = acc;
+        reinterpret_cast<long long*>(sums + gridDim.x)[blockIdx.x] = ignored;
+    }
+}
+
+template <class T, class A>
+__global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
+    double acc = 0.0;
+    long long ignored = 0;
+    if (a.rows <= kFinishChunk) {
+        sum_range(row_losses<A>(a), 0, a.rows, acc, ignored);
+    } else {  // the chunks' results: thread i adds chunks i, i + 1024, ..., then the tree
+        const int64_t chunks = (a.rows + kFinishChunk - 1) / kFinishChunk;
+        const double* sums = chunk_sums<A>(a);
+        const long long* counts = reinterpret_cast<const long long*>(sums + chunks);
+        for (int64_t c = threadIdx.x; c < chunks; c += kCountThreads) {
+            acc += sums[c];
+            ignored += counts[c];
         }
+        block_total(acc, ignored);
+    }
+    if (threadIdx.x == 0) {
         if (a.reduction == REDUCTION_MEAN) acc /= static_cast<double>(a.rows - ignored);
         *static_cast<T*>(a.out) = from_acc<T>(static_cast<A>(acc));
     }
@@ -523,22 +582,36 @@ static unsigned row_grid(int64_t groups) {
     return static_cast<unsigned>(groups < (1LL << 24) ? groups : (1LL << 24));
 }
 
+// kTPR threads per row, each holding kLoads vectors of kVec values in registers.
+template <class T, int kTPR, int kVec, int kLoads>
+static void launch_cached(const CrossEntropyArgs* a, cudaStream_t stream) {
+    constexpr int kBlock = kTPR > 32 ? kTPR : kGroupThreads;
+    row_cached<T, kTPR, kVec, kLoads><<<row_grid(ceil_div(a->rows, kBlock / kTPR)), kBlock, 0, stream>>>(*a);
+}
+
+// Rows that fit in registers get 32 values per thread (16 when read one by one), and as few
+// threads per row as hold it: short rows share a warp (4 threads per row up to 128 classes,
+// 1 thread per row of up to 16), so that every thread has several loads in flight and a row's
+// reductions take few shuffles. (A warp per row of 10 classes kept 40 bytes in flight per warp:
+// 83 GB/s on the H100; a thread per row: 2 TB/s.)
 template <class T>
 static void launch_rows(const CrossEntropyArgs* a, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
+    constexpr int kLoads = 32 / kVec;  // 32 values per thread
     const int64_t C = a->classes;
     if constexpr (sizeof(T) == 8) {  // fp64 exists for gradcheck: one simple path
         row_streaming<T, 1><<<row_grid(a->rows), kStreamThreads, 0, stream>>>(*a);
-    } else if (C % kVec == 0 && C <= 32 * 4 * kVec) {
-        row_cached<T, 32, kVec, 4><<<row_grid(ceil_div(a->rows, kGroupThreads / 32)), kGroupThreads,
-                                     0, stream>>>(*a);
-    } else if (C <= 32 * kShortLoads) {  // short rows of any length (10, 100): a warp each,
-        // 4-byte loads; the streaming kernel would give such a row a whole block of 512 threads
-        row_cached<T, 32, 1, kShortLoads><<<row_grid(ceil_div(a->rows, kGroupThreads / 32)),
-                                            kGroupThreads, 0, stream>>>(*a);
-    } else if (C % kVec == 0 && C <= 256 * 4 * kVec) {
-        row_cached<T, 256, kVec, 4><<<row_grid(a->rows), 256, 0, stream>>>(*a);
-    } else {  // long rows, or rows of any length not a multiple of kVec
+    } else if (C % kVec == 0 && C <= 4 * 32) {
+        launch_cached<T, 4, kVec, kLoads>(a, stream);
+    } else if (C % kVec == 0 && C <= 32 * 32) {
+        launch_cached<T, 32, kVec, kLoads>(a, stream);
+    } else if (C % kVec == 0 && C <= 128 * 32) {
+        launch_cached<T, 128, kVec, kLoads>(a, stream);
+    } else if (C <= kShortLoads) {  // rows of any length, read one value at a time
+        launch_cached<T, 1, 1, kShortLoads>(a, stream);
+    } else if (C <= 32 * kShortLoads) {
+        launch_cached<T, 32, 1, kShortLoads>(a, stream);
+    } else {  // long rows, or rows longer than 512 not a multiple of kVec
         row_streaming<T, kVec><<<row_grid(a->rows), kStreamThreads, 0, stream>>>(*a);
     }
 }
@@ -554,7 +627,11 @@ static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
     if (a->grad && a->reduction == REDUCTION_MEAN)
         count_targets<<<1, kCountThreads, 0, stream>>>(*a);
     launch_rows<T>(a, stream);
-    if (a->reduction != REDUCTION_NONE) finish<T, A><<<1, kCountThreads, 0, stream>>>(*a);
+    if (a->reduction != REDUCTION_NONE) {
+        if (a->rows > kFinishChunk)
+            sum_chunks<A><<<static_cast<unsigned>(ceil_div(a->rows, kFinishChunk)), kCountThreads, 0, stream>>>(*a);
+        finish<T, A><<<1, kCountThreads, 0, stream>>>(*a);
+    }
     return cudaGetLastError();
 }
 

@@ -1,0 +1,200 @@
+// Chapter 4, version 5: the grid torch.compile chose: a block per tile, as many blocks as tiles.
+//
+// Fixes (vs versions 2 and 3): at 2^30 elements they read 1-2% slower than torch.compile. Its
+// generated code (torch._inductor.utils.run_and_get_code, shown in the chapter) launches 8192
+// programs of 512 threads, each summing 131072 consecutive elements, then one more program for
+// the 8192 partials. Three differences from version 2, each copied here:
+//  - a tile belongs to a whole block, not to a warp: the block's 512 threads read it together,
+//    thread i taking float4 number i, i + 512, ... of each step (two per input in flight);
+//  - the grid has one block per tile, not the resident grid: the hardware hands a new tile to
+//    an SM as soon as one finishes, so no SM idles at the end waiting for a slow neighbour (a
+//    resident grid gives every warp a fixed list of tiles);
+//  - fewer registers per thread (40 instead of 44), so more threads per SM (ncu: version 3 ran
+//    5 blocks of 256 threads per SM, 62% of the warps the SM can hold).
+// The sum order is still fixed by n alone: tile size from n, a fixed order inside each tile
+// (thread, then the block's tree), pass 2 in float64 in a fixed order. Any grid gives the same
+// bits (LOSS_KERNELS_BLOCKS caps it: blocks then loop over tiles).
+// Also new: up to kOneBlockMax elements, one block of 1024 threads reads everything and writes
+// the mean: no partials in memory, no second launch (at 2^12 elements version 3's kernel took
+// 4.3 µs, torch.compile's single program 1.8 µs).
+// Still slow: the smallest sizes are one launch's latency; nothing else known.
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cuda_utils.cuh"
+#include "loss_args.h"
+#include "losses.cuh"
+
+constexpr int kThreads = 512;              // threads per block of pass 1
+constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
+constexpr int64_t kMinTile = 4096;         // elements per tile, at least
+constexpr int64_t kWantedTiles = 8192;     // tiles grow (doubling) until there are at most this many
+constexpr int kFinalThreads = 1024;        // pass 2: one block
+constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
+constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
+constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements
+// Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
+// an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4) holds 1024.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define TILE_BLOCKS_PER_SM 1
+#else
+#define TILE_BLOCKS_PER_SM 3
+#endif
+
+// Elements per tile for n inputs: a function of n only, so the sum order is fixed by n. At most
+// 8192 partials: they fit the workspace (LOSS_WORKSPACE_BYTES) and pass 2 reads them fast.
+static int64_t tile_size(int64_t n) {
+    int64_t tile = kMinTile;
+    while (ceil_div(n, tile) > kWantedTiles) tile *= 2;
+    return tile;
+}
+
+// LOSS_KERNELS_BLOCKS=k, read once per process, caps the grid at k blocks: a test knob that
+// shows the result does not depend on the grid (bench/reduction_targets.py uses it).
+static int64_t grid_cap() {
+    static const int64_t cap = [] {
+        const char* text = getenv("LOSS_KERNELS_BLOCKS");
+        return text ? atoll(text) : 0LL;
+    }();
+    return cap;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
+// range, in whole steps of kLoads per input (all issued before any arithmetic, no bounds checks),
+// then the vectors left one at a time, then the last 0-3 elements.
+// vector: pred and target are 16-byte aligned, and start is a multiple of 4 (so is a broadcast
+// target's length). A broadcast target repeats with period target_len (< 2^31 then).
+template <class Loss, bool kBroadcast, int kBlock, int kLoads>
+__device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, bool vector) {
+    const Loss loss;
+    float acc = 0.0f;
+    int64_t scalars_from = start;
+    if (vector) {
+        const float4* pred = reinterpret_cast<const float4*>(a.pred + start);
+        const float4* target = reinterpret_cast<const float4*>(a.target + (kBroadcast ? 0 : start));
+        const uint32_t period = static_cast<uint32_t>(a.target_len);
+        const uint32_t base = kBroadcast ? static_cast<uint32_t>(start % a.target_len) : 0;
+        auto target_at = [&](int v) {  // a broadcast target: 32-bit index arithmetic
+            return kBroadcast ? __ldg(target + (base + 4u * v) % period / 4) : target[v];
+        };
+        const int nvec = static_cast<int>((end - start) / 4);  // a tile: < 2^31 vectors
+        int v = threadIdx.x;
+        for (; v + (kLoads - 1) * kBlock < nvec; v += kLoads * kBlock) {
+            float4 p[kLoads], t[kLoads];
+#pragma unroll
+            for (int u = 0; u < kLoads; ++u) {
+                p[u] = pred[v + u * kBlock];
+                t[u] = target_at(v + u * kBlock);
+            }
+#pragma unroll
+            for (int u = 0; u < kLoads; ++u)
+                acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
+                       (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
+        }
+        for (; v < nvec; v += kBlock) {
+            const float4 p = pred[v], t = target_at(v);
+            acc += (loss(p.x, t.x) + loss(p.y, t.y)) + (loss(p.z, t.z) + loss(p.w, t.w));
+        }
+        scalars_from = start + 4 * nvec;
+    }
+    for (int64_t i = scalars_from + threadIdx.x; i < end; i += kBlock)
+        acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
+    return acc;
+}
+
+// The block's sum in a fixed order (each warp's tree, then warp 0 over the warps): in thread 0.
+template <int kBlock>
+__device__ float block_sum(float v) {
+    __shared__ float warp_sums[kBlock / 32];
+    v = warp_sum(v);
+    __syncthreads();  // a previous call's warp_sums may still be read
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) v = warp_sum(threadIdx.x < kBlock / 32 ? warp_sums[threadIdx.x] : 0.0f);
+    return v;
+}
+
+// Pass 1: one float partial per tile.
+template <class Loss, bool kBroadcast>
+__global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM) tile_partials(ReductionArgs a, float* partials,
+                                                          int64_t tiles, int64_t tile_elems,
+                                                          bool vector) {
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t start = tile * tile_elems;
+        const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
+        const float sum = block_sum<kThreads>(
+            thread_sum<Loss, kBroadcast, kThreads, kUnroll>(a, start, end, vector));
+        if (threadIdx.x == 0) partials[tile] = sum;
+    }
+}
+
+// Pass 2: one block adds the partials in float64, in a fixed order, and writes the mean.
+__global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
+                                                             int64_t n, float* out) {
+    __shared__ double warp_sums[kFinalThreads / 32];
+    const float4* vectors = reinterpret_cast<const float4*>(partials);  // 16-byte aligned
+    const int64_t nvec = count / 4;
+    double acc = 0.0;
+    for (int64_t v = threadIdx.x; v < nvec; v += kFinalThreads) {
+        const float4 p = vectors[v];
+        acc += (static_cast<double>(p.x) + p.y) + (static_cast<double>(p.z) + p.w);
+    }
+    for (int64_t i = 4 * nvec + threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
+    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = warp_sums[threadIdx.x];
+        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+        if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
+    }
+}
+
+// Small inputs: one block reads everything and writes the mean.
+template <class Loss, bool kBroadcast>
+__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs a, bool vector) {
+    const float sum = block_sum<kOneBlockThreads>(
+        thread_sum<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, 0, a.n, vector));
+    if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / static_cast<double>(a.n));
+}
+
+template <class Loss, bool kBroadcast>
+static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
+    if (a->n <= kOneBlockMax) {
+        one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
+        return cudaGetLastError();
+    }
+    const int64_t tile_elems = tile_size(a->n);
+    const int64_t tiles = ceil_div(a->n, tile_elems);
+    int64_t blocks = tiles;
+    if (grid_cap() > 0 && blocks > grid_cap()) blocks = grid_cap();
+    float* partials = static_cast<float*>(a->workspace);  // 256-byte aligned
+    tile_partials<Loss, kBroadcast><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        *a, partials, tiles, tile_elems, vector);
+    finish_mean<<<1, kFinalThreads, 0, stream>>>(partials, tiles, a->n, a->out);
+    return cudaGetLastError();
+}
+
+template <class Loss>
+static cudaError_t launch_two_pass(const ReductionArgs* a, cudaStream_t stream) {
+    const bool broadcast = a->target_len != a->n;
+    const bool vector = is_aligned16(a->pred) && is_aligned16(a->target) &&
+                        (!broadcast || (a->target_len % 4 == 0 && a->target_len < (1LL << 31)));
+    return broadcast ? launch<Loss, true>(a, vector, stream) : launch<Loss, false>(a, vector, stream);
+}
+
+extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s) {
+    return launch_two_pass<MseLoss>(a, s);
+}
+extern "C" cudaError_t smooth_l1_launch(const ReductionArgs* a, cudaStream_t s) {
+    return launch_two_pass<SmoothL1Loss>(a, s);
+}
+extern "C" cudaError_t hinge_launch(const ReductionArgs* a, cudaStream_t s) {
+    return launch_two_pass<HingeLoss>(a, s);
+}
