@@ -27,8 +27,8 @@ if ROOT not in sys.path:
 # writes the mean. Everything stays on the GPU: the op returns a 0-d tensor on the device and
 # never waits for the GPU.
 #
-# Then two questions: how accurate is a float32 sum of $2^{30}$ values, and is a second launch
-# worth avoiding?
+# Then three questions: how accurate is a float32 sum of $2^{30}$ values, is a second launch
+# worth avoiding, and what does `torch.compile` do that reads the last few percent faster?
 
 # %%
 import math
@@ -322,9 +322,67 @@ torch.cuda.empty_cache()
 # result cannot be closer than the nearest float32. The fixed-order versions also give these
 # bits on every run, which the atomic ones do not.
 #
-# ## Two launches or one? Choosing from the data
+# ## Version 5: the grid `torch.compile` chose
 #
-# We time the four versions, eager PyTorch and `torch.compile` on all three losses. For MSE we
+# At $2^{30}$ elements versions 2 and 3 read 1 to 2% slower than `torch.compile`, and no
+# change of load instruction, tile size or unrolling closed that gap. When the compiler wins,
+# read what it wrote: `torch._inductor.utils.run_and_get_code` returns the code Inductor
+# generated for a function, launches included.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from torch._inductor.utils import run_and_get_code
+
+pred, target = kernels.get_loss("mse").make_inputs((1 << 30,), torch.Generator("cuda").manual_seed(0), "cuda")
+_, generated = run_and_get_code(torch.compile(kernels.get_loss("mse").reference, dynamic=False), pred, target)
+for line in generated[0].splitlines():
+    if ".run(" in line:
+        print(line.strip())
+del pred, target
+
+# %% [markdown]
+# Two Triton kernels: the first is launched with `xnumel` = 8192 programs, each reducing
+# `r0_numel` = 131072 consecutive elements to one partial; the second adds the 8192 partials.
+# That is version 2's two passes with a different split of the work. Nsight Compute
+# (`ncu --metrics launch__grid_size,launch__block_size,launch__registers_per_thread,...`; the
+# numbers are in `bench/PERFLOG.md`) adds what the code does not say: 512 threads per program
+# and few registers per thread, so more warps per SM than version 3, whose resident grid of
+# 256-thread blocks gives every warp a fixed list of tiles; and DRAM busy for a larger share of
+# the kernel's time. Version 5 copies the shape: a tile belongs to a block of 512 threads that
+# read it together, the grid has one block per tile so the hardware hands out tiles as SMs free
+# up, and `__launch_bounds__(512, 3)` keeps the registers at 40, three blocks per SM. Tiles start
+# at 4096 elements and double until there are at most 8192 of them. Small inputs (up to
+# $2^{14}$ elements) get one block of 1024 threads that writes the mean itself: at $2^{12}$
+# elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
+# single program.
+
+# %%
+show_source("ch4_two_pass/v5_block_tiles.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+v5 = load("ch4_two_pass/v5_block_tiles.cu")
+v5
+
+# %% tags=["gpu"]
+check(v5.mse, "mse")
+check(v5.smooth_l1, "smooth_l1")
+check(v5.hinge, "hinge")
+print(f"v5: {distinct_results(v5.mse)} distinct result(s) in 100 runs")
+by_grid = {}
+for cap in ["default", "1", "7", "100"]:
+    env = dict(os.environ)
+    if cap != "default":
+        env["LOSS_KERNELS_BLOCKS"] = cap
+    run = subprocess.run([sys.executable, "-c", GRID_SCRIPT, ROOT, "ch4_two_pass/v5_block_tiles.cu"],
+                         env=env, capture_output=True, text=True, check=True)
+    by_grid[cap] = run.stdout.split()[0]
+for cap in ["1", "7", "100"]:
+    print(f"v5, grid capped at {cap:>3} blocks: "
+          f"{'the same bits' if by_grid[cap] == by_grid['default'] else 'DIFFERENT bits'} as the full grid")
+
+# %% [markdown]
+# ## Choosing the final kernel from the data
+#
+# We time the five versions, eager PyTorch and `torch.compile` on all three losses. For MSE we
 # add a second reference: `torch.sum` of each input, which reads exactly the bytes the loss reads
 # with PyTorch's own reduction kernel (`reduce_kernel`, the one chapter 1's profiler showed for
 # `mean`), in two launches. It computes no loss; it shows what reading those bytes costs.
@@ -342,69 +400,72 @@ for loss in ("mse", "smooth_l1", "hinge"):
     if loss == "mse":
         providers["torch.sum x2"] = lambda p, t: torch.sum(p) + torch.sum(t)
         providers["v1"] = v1.mse
-    providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss), "v4": getattr(v4, loss)})
+    providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss), "v4": getattr(v4, loss),
+                      "v5": getattr(v5, loss)})
     measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
 results.save(results.rows_from(measured, GPU, "ch4", PEAK), "ch4")
 print(f"{len(measured)} measurements saved")
 
 # %% [markdown]
-# Which of version 2 (two launches) and version 3 (one launch, a counter) is faster, size by size,
-# read from the measurements:
+# Which of version 2 (two launches, warp tiles), version 3 (one launch, a counter) and version 5
+# (two launches, block tiles) is fastest, size by size, read from the measurements:
 
 # %% tags=["nbval-ignore-output"]
 rows = results.load("ch4")
 for loss in ("mse", "smooth_l1", "hinge"):
-    wins = {"v2": 0, "v3": 0}
+    wins = {"v2": 0, "v3": 0, "v5": 0}
     for shape in sorted({r["shape"] for r in results.select(rows, loss=loss)}, key=math.prod):
         ms = {p: results.select(rows, loss=loss, shape=shape, provider=p)[0]["ms"] for p in wins}
         faster = min(ms, key=ms.get)
         wins[faster] += 1
         if loss == "mse":
-            print(f"mse, 2^{math.prod(shape).bit_length() - 1:<2} elements: v2 {ms['v2']:.4f} ms, "
-                  f"v3 {ms['v3']:.4f} ms -> {faster}")
+            print(f"mse, 2^{math.prod(shape).bit_length() - 1:<2} elements: "
+                  + ", ".join(f"{p} {t:.4f} ms" for p, t in ms.items()) + f" -> {faster}")
     choice = max(wins, key=wins.get)
-    print(f"{loss}: v2 faster at {wins['v2']} sizes, v3 at {wins['v3']}: the chapter's final kernel is {choice}")
+    print(f"{loss}: fastest at " + ", ".join(f"{n} sizes {p}" for p, n in wins.items())
+          + f": the chapter's final kernel is {choice}")
 
 # %% tags=["nbval-ignore-output"]
-kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"]);
+kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
-Markdown(results.markdown_table(rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4"], "mse"))
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4", "v5"], "mse"))
 
 # %% tags=["nbval-ignore-output"]
-kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v2", "v3"]);
+kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v2", "v3", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
-kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v2", "v3"]);
+kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v2", "v3", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
-Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "smooth_l1") + "\n\n"
-         + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3"], "hinge"))
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "smooth_l1") + "\n\n"
+         + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "hinge"))
 
 # %% [markdown]
-# What we expected: at large sizes the second launch is a few microseconds against
+# What we expected: at large sizes a second launch is a few microseconds against
 # milliseconds of reading, and at small sizes a launch is most of the time, where one launch
-# should win. What the measurements show: version 3 gains nothing measurable over version 2 on
-# this GPU, at any size. From $2^{16}$ elements on the two are within a few percent of each
-# other; at the two smallest sizes the gaps are larger but go both ways (for every loss,
-# version 3 is ahead at $2^{12}$ elements and behind at $2^{14}$). Neither wins consistently,
-# and by the count printed above version 2 is faster at more sizes for all three losses, so the
-# chapter's final kernel is version 2. Two likely reasons: the benchmark keeps the
-# GPU busy while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch
-# queued behind the first costs little GPU time; and the timed entry points of version 3 put a
-# memset on the stream before their kernel anyway (see above). The plots and the choice come
-# from the same CSV, `book/results/ch4.csv`.
+# should win. What the measurements show: version 3's single launch gains nothing measurable
+# over version 2 on this GPU; the two are within a few percent of each other at every size,
+# each ahead at some. The benchmark keeps the GPU busy while the host launches (chapter 1,
+# `kernels.bench.time_ms`), so a second launch queued behind the first costs little GPU time,
+# and version 3's timed entry points put a memset on the stream before their kernel anyway.
+# What made the difference is the shape of the work: version 5, with Inductor's grid, is the
+# fastest of the five at most sizes for all three losses (the count above), so it is the
+# chapter's final kernel. It wins at the largest sizes, where it reads faster than
+# `torch.compile` and, for MSE, than `torch.sum` of the two inputs; and at the smallest, where
+# its single block is the fastest of our versions. At $2^{22}$ and $2^{24}$ elements it is 5 to
+# 15 percent behind versions 2 and 3: its tiles of at least 4096 elements make fewer work
+# units than their 512-element warp tiles, and smaller block tiles (tried: 1024 and 2048) or a
+# smaller final block did not help (`bench/PERFLOG.md`). The plots and the choice come from
+# the same CSV, `book/results/ch4.csv`.
 #
-# Against PyTorch, at $2^{30}$ elements the fixed-tile versions are within one to three percent
-# of `torch.compile` (closest for MSE and Smooth L1, furthest for Hinge), and for MSE within
-# about as much of `torch.sum` of the two inputs, which reads the same bytes and computes
-# nothing. Version 1 is as fast as they are or slightly faster at the large sizes, and version
-# 4's compensation costs nothing measurable: the time is the reading. At small sizes the
-# comparison depends on the loss. For MSE, our versions are ahead of `torch.compile` and of the
-# two `torch.sum` launches at every size up to $2^{24}$ elements; for Smooth L1, `torch.compile`
-# is ahead of version 2 at almost every size, and for Hinge at every size. (In this run `torch.compile`'s
-# small-size throughput differs a lot between the losses: its MSE is much slower there than its
-# Smooth L1 or Hinge.)
+# Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
+# `torch.compile`, version 5 is ahead at $2^{26}$ elements and above for all three losses. Below
+# that the comparison is not stable from run to run: `torch.compile`'s host-side launch is
+# slower than ours, and at some sizes it outlasts the GPU work queued before the call, so the
+# events measure the host; where it does not, its generated kernel is a few percent faster than
+# ours between $2^{16}$ and $2^{24}$ elements, most clearly for Hinge (the profiler's kernel times
+# agree). `bench/reduction_targets.py` prints these ratios size by size.
 #
 # ## Exercises
 

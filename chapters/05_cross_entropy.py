@@ -207,14 +207,20 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # %% [markdown]
 # ## The final version: the right amount of threads per row, wide loads, and the gradient
 #
-# Row length decides the layout. A row of 10 or 128 classes gives a 256-thread block almost
-# nothing to do: most threads idle and the block still pays for its barriers. Short rows get a
-# *warp* each instead (eight rows per block, shuffles only, no `__syncthreads`). Rows of a few
-# thousand classes fit in the registers of one block, so the maximum and the sum of
-# exponentials cost a single read of memory. LLM vocabularies (128256 classes for Llama 3) are
-# too long to keep: they stream through the online softmax of version 2 with a block per row.
-# All loads are 16 bytes wide (four float32 or eight bfloat16 values) when the row allows it;
-# bfloat16 and float16 logits are accumulated in float32, float64 logits in float64.
+# Row length decides the layout. Each thread keeps 32 values of its row in registers, and a row
+# gets as few threads as hold it: 4 threads per row up to 128 classes (eight rows per warp), a
+# warp up to 1024 classes, a block of 128 threads up to 4096. Every thread issues all its loads
+# before any arithmetic, so a warp has many bytes on their way whatever the row length, and the
+# reductions of a short row are a few shuffles, with no `__syncthreads`. (The first version of
+# this kernel gave every short row a whole warp: at 10 classes a warp then had 40 bytes in
+# flight, and the kernel read at a few percent of the bandwidth; `bench/PERFLOG.md` has the
+# numbers.) Rows whose length is not a multiple of four are read one value at a time: a thread
+# per row up to 16 classes, a warp per row up to 512. Rows of a few thousand classes fit in the
+# registers of one block, so the maximum and the sum of exponentials cost a single read of
+# memory. LLM vocabularies (128256 classes for Llama 3) are too long to keep: they stream
+# through the online softmax of version 2 with a block per row. All loads are 16 bytes wide
+# (four float32 or eight bfloat16 values) when the row allows it; bfloat16 and float16 logits
+# are accumulated in float32, float64 logits in float64.
 #
 # The same kernel also writes the gradient during the forward pass when the logits require
 # one; the backward section below derives it.
@@ -229,7 +235,8 @@ check(final, "cross_entropy", rtol=1e-5)
 
 # %% [markdown]
 # Where PyTorch ran `log_softmax` and `nll_loss`, the fused version runs one kernel over the
-# rows (`row_cached`) and one small kernel that adds their losses (`finish`). The profiler
+# rows (`row_cached`) and one small kernel that adds their losses (`finish`; beyond 32768 rows,
+# `sum_chunks` first adds chunks of 32768 losses with many blocks). The profiler
 # below lists two more GPU activities around them: a memset before, and after them a copy from
 # the device to the host. That copy is the bad-target flag, read because `check_targets` is on
 # by default (see below); it makes every call wait for the GPU.
@@ -506,16 +513,15 @@ Markdown(
     f"({100 * longest['v3 fused']['gbps'] / longest['v3 fused']['peak_gbps']:.0f}%).")
 
 # %% [markdown]
-# What the plot and the tables show, and what is left. From the KernelBench shape to the
-# longest rows, the final version is the fastest of all, close to the read bandwidth and ahead
-# of `torch.compile` and of versions 1 and 2; in training, forward plus backward, its lead over
-# eager PyTorch and `torch.compile` is larger still. With short rows it is not:
-# `torch.compile` leads at 10, 128 and 1024 classes, by a wide margin. The warp per row makes
-# the final version faster than versions 1 and 2 (and than eager PyTorch) at 10 and 128
-# classes, but at 1024 classes it is behind both of them. A warp that reads one short row and
-# then spends two shuffle trees on it has far too few bytes in flight: the short-row paths of
-# this kernel, as written, leave most of the bandwidth unused. Several rows per warp, with the
-# next rows' loads issued before the current row's arithmetic, is where the next step starts.
+# What the plot and the tables show, and what is left. The final version is faster than eager
+# PyTorch at every shape, and faster than `torch.compile` at every shape but one, from 10
+# classes per row to the longest rows: at 1024 classes it is a few percent behind. In training, forward plus backward,
+# its lead over eager PyTorch and `torch.compile` is larger still. Short rows were the hard
+# part: with a warp per row, 10 classes ran at a few percent of the bandwidth (the header of the
+# kernel file has the numbers); four threads per row and a thread per row, each with all its
+# loads in flight, brought them close to the long rows. At 1024 classes a warp per row holds
+# eight 16-byte loads per lane; fewer threads per row with more loads each is the next thing
+# to try there.
 #
 # Version 2's single pass over the row pays off only for long rows: at 32768 and 128256 classes
 # it is far ahead of version 1, while up to 4096 classes version 1's two passes are faster
