@@ -116,6 +116,36 @@ def test_every_row_ignored(reduction):
     assert_matches(got, reference(logits, target, reduction=reduction).float())  # mean: NaN
 
 
+# Class counts at the edges of the final version's row layouts (4 threads per row up to 128
+# classes, a warp up to 1024, a block of 128 up to 4096; a thread per row for up to 16 classes
+# of any length, a warp up to 512), and row counts that leave the last block part-filled.
+LAYOUT_CLASSES = (1, 4, 10, 16, 17, 100, 128, 132, 500, 1024, 1028, 4096, 4100)
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, RTOL), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("classes", LAYOUT_CLASSES)
+def test_every_row_layout(classes, dtype, rtol):
+    for rows in (1, 7, 65, 1003):
+        logits, target = make(rows, classes, dtype=dtype)
+        target[1::5] = -100
+        for reduction in REDUCTIONS:
+            got = ce()(logits, target, reduction=reduction)
+            assert_matches(got.float(), reference(logits, target, reduction=reduction).float(), rtol)
+        x = logits.clone().requires_grad_()
+        ce()(x, target).backward()
+        assert_matches(x.grad.float(), _torch_grad(logits, target).float(), rtol)
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum"))
+def test_many_rows_final_sum(reduction):
+    """More than 32768 rows: blocks add chunks of losses first, then one block the chunks."""
+    logits, target = make(2 * 32768 + 7, 10)
+    target[::5] = -100
+    results = torch.stack([ce()(logits, target, reduction=reduction) for _ in range(20)])
+    assert torch.unique(results.view(torch.int32)).numel() == 1, "not deterministic"
+    assert_matches(results[0], reference(logits, target, reduction=reduction).float())
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("smoothing", [0.1, 1.0])
 def test_label_smoothing(reduction, smoothing):
