@@ -17,7 +17,9 @@
 // Also new: up to kOneBlockMax elements, one block of 1024 threads reads everything and writes
 // the mean: no partials in memory, no second launch (at 2^12 elements version 3's kernel took
 // 4.3 µs, torch.compile's single program 1.8 µs).
-// Still slow: the smallest sizes are one launch's latency; nothing else known.
+// Still slow: from 2^20 to 2^24 elements pass 1 takes 5-15% longer than Inductor's first kernel
+// (and than version 2's warp tiles at 2^22-2^24); smaller tiles (1024, 2048) and a smaller pass-2
+// block did not help (bench/PERFLOG.md). Below that, the time is one launch's latency.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,7 +32,7 @@ constexpr int kThreads = 512;              // threads per block of pass 1
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
 constexpr int64_t kMinTile = 4096;         // elements per tile, at least
 constexpr int64_t kWantedTiles = 8192;     // tiles grow (doubling) until there are at most this many
-constexpr int kFinalThreads = 1024;        // pass 2: one block
+constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 0 adds 32 sums)
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
 constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements
@@ -135,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM) tile_partials(Re
 }
 
 // Pass 2: one block adds the partials in float64, in a fixed order, and writes the mean.
+static_assert(kFinalThreads == 1024, "the last step reads one sum per lane of warp 0");
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
     __shared__ double warp_sums[kFinalThreads / 32];
