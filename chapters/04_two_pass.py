@@ -444,28 +444,29 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # %% [markdown]
 # What we expected: at large sizes a second launch is a few microseconds against
 # milliseconds of reading, and at small sizes a launch is most of the time, where one launch
-# should win. What the measurements show: version 3's single launch gains nothing measurable
-# over version 2 on this GPU; the two are within a few percent of each other at every size,
-# each ahead at some. The benchmark keeps the GPU busy while the host launches (chapter 1,
+# should win. What the measurements show: version 3's single launch gains nothing consistent
+# over version 2 on this GPU. Version 3 is ahead at $2^{12}$ elements and behind at $2^{14}$, and
+# from $2^{16}$ on the two are within a few percent of each other at most sizes. The benchmark keeps the GPU busy while the host launches (chapter 1,
 # `kernels.bench.time_ms`), so a second launch queued behind the first costs little GPU time,
 # and version 3's timed entry points put a memset on the stream before their kernel anyway.
 # What made the difference is the shape of the work: version 5, with Inductor's grid, is the
 # fastest of the five at most sizes for all three losses (the count above), so it is the
 # chapter's final kernel. It wins at the largest sizes, where it reads faster than
 # `torch.compile` and, for MSE, than `torch.sum` of the two inputs; and at the smallest, where
-# its single block is the fastest of our versions. At $2^{22}$ and $2^{24}$ elements it is 5 to
-# 15 percent behind versions 2 and 3: its tiles of at least 4096 elements make fewer work
+# its single block is the fastest of our versions. From $2^{18}$ to $2^{24}$ elements it is a few
+# percent to about 17 percent behind versions 2 and 3: its tiles of at least 4096 elements make fewer work
 # units than their 512-element warp tiles, and smaller block tiles (tried: 1024 and 2048) or a
 # smaller final block did not help (`bench/PERFLOG.md`). The plots and the choice come from
 # the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
 # `torch.compile`, version 5 is ahead at $2^{26}$ elements and above for all three losses. Below
-# that the comparison is not stable from run to run: `torch.compile`'s host-side launch is
-# slower than ours, and at some sizes it outlasts the GPU work queued before the call, so the
-# events measure the host; where it does not, its generated kernel is a few percent faster than
-# ours between $2^{16}$ and $2^{24}$ elements, most clearly for Hinge (the profiler's kernel times
-# agree). `bench/reduction_targets.py` prints these ratios size by size.
+# that, `torch.compile`'s generated kernels are ahead at most sizes, by a few percent to about
+# 20 percent: at $2^{12}$ elements its single program is cheaper than our single block, and from
+# $2^{16}$ to $2^{24}$ its first kernel is faster than our pass 1 (at $2^{20}$ and $2^{22}$ the
+# profiler's kernel times in `bench/PERFLOG.md` show it). Version 5 is ahead at $2^{14}$
+# elements, where its single block does the whole sum. `bench/reduction_targets.py` prints
+# these ratios size by size.
 #
 # ## Exercises
 

@@ -20,6 +20,9 @@ from .losses import get_loss
 REPS = int(os.environ.get("KERNELS_BENCH_REPS", 100))
 MAX_ELEMENTS = int(os.environ.get("KERNELS_MAX_ELEMENTS", 1 << 30))
 
+# GPU clock cycles of the sleep queued before each timed call (about 0.1 ms at H100 clocks).
+LEAD_CYCLES = 200_000
+
 # Problem sizes of the throughput plots: 2^12 to 2^30 elements.
 SIZES = tuple(1 << k for k in range(12, 31, 2) if 1 << k <= MAX_ELEMENTS)
 
@@ -44,9 +47,12 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
     """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``.
 
     Before each timed call a 256 MB buffer (at least twice L2) is cleared, as
-    ``triton.testing.do_bench`` does: that evicts the inputs from L2, and it keeps the GPU busy
-    (about 90 µs on an H100) while Python launches the call, so the events measure the GPU's
-    work rather than the host's launch overhead (:func:`launch_overhead_ms` measures that).
+    ``triton.testing.do_bench`` does, which evicts the inputs from L2, and a sleep kernel is
+    queued after it. Together they keep the GPU busy (about 0.2 ms on an H100) while Python
+    launches the call, so the events measure the GPU's work rather than the host's launch
+    overhead (:func:`launch_overhead_ms` measures that), even when the host stalls for a moment
+    (a garbage collection, torch.compile's worker processes): with the clear alone, such
+    stalls made whole measurements host-bound in some runs.
     """
     import torch
 
@@ -61,6 +67,7 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
     for i in range(reps):
         args = arg_sets[i % len(arg_sets)]
         flush.zero_()
+        torch.cuda._sleep(LEAD_CYCLES)
         starts[i].record()
         fn(*args)
         ends[i].record()
