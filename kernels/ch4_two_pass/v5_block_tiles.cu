@@ -31,7 +31,7 @@
 constexpr int kThreads = 512;              // threads per block of pass 1
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
 constexpr int64_t kMinTile = 4096;         // elements per tile, at least
-constexpr int64_t kWantedTiles = 8192;     // tiles grow (doubling) until there are at most this many
+constexpr int64_t kWantedTiles = 8192;     // tiles double until there are at most this many
 constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 0 adds 32 sums)
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
@@ -124,9 +124,8 @@ __device__ float block_sum(float v) {
 
 // Pass 1: one float partial per tile.
 template <class Loss, bool kBroadcast>
-__global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM) tile_partials(ReductionArgs a, float* partials,
-                                                          int64_t tiles, int64_t tile_elems,
-                                                          bool vector) {
+__global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
+tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elems, bool vector) {
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t start = tile * tile_elems;
         const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
@@ -164,7 +163,7 @@ template <class Loss, bool kBroadcast>
 __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs a, bool vector) {
     const float sum = block_sum<kOneBlockThreads>(
         thread_sum<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, 0, a.n, vector));
-    if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / static_cast<double>(a.n));
+    if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / a.n);
 }
 
 template <class Loss, bool kBroadcast>
@@ -189,7 +188,8 @@ static cudaError_t launch_two_pass(const ReductionArgs* a, cudaStream_t stream) 
     const bool broadcast = a->target_len != a->n;
     const bool vector = is_aligned16(a->pred) && is_aligned16(a->target) &&
                         (!broadcast || (a->target_len % 4 == 0 && a->target_len < (1LL << 31)));
-    return broadcast ? launch<Loss, true>(a, vector, stream) : launch<Loss, false>(a, vector, stream);
+    return broadcast ? launch<Loss, true>(a, vector, stream)
+                     : launch<Loss, false>(a, vector, stream);
 }
 
 extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s) {

@@ -22,9 +22,9 @@
 //   in a fixed order in float64 with 16-byte loads (8 in flight per thread) and counts the
 //   sign bits for the mean's divisor: no targets read again (version 1's final kernel read
 //   losses and targets one at a time: 9.7 µs at 32768 rows). Beyond 32768 rows, many blocks
-//   first add fixed chunks of 32768 losses (13M rows of 10 classes took one block 1.2 ms). Out-of-range targets set a flag
-//   (zeroed by a 4-byte memset) directly from the row kernel; reduction "none" needs no final
-//   kernel at all. Tried and dropped: the last block to finish adds the losses (a counter per
+//   first add fixed chunks of 32768 losses (13M rows of 10 classes took one block 1.2 ms).
+//   Out-of-range targets set a flag (zeroed by a 4-byte memset) directly from the row kernel;
+//   reduction "none" needs no final kernel at all. Tried and dropped: the last block to finish adds the losses (a counter per
 //   block, no final launch): each of the 32768 blocks then paid a fence and an atomic before
 //   exiting, and the row kernel went from ~196 to 252 µs.
 // - bf16/fp16 logits are accumulated in fp32; fp64 logits in fp64 (for torch.autograd.gradcheck,
@@ -209,8 +209,8 @@ __device__ __forceinline__ A grad_scale(const CrossEntropyArgs& a, const RowTarg
 
 // ---------------------------------------------------------------------------------------------
 // Rows that fit in registers. kTPR threads per row (up to 32: part of a warp, else the block),
-// each holding kLoads vectors of kVec values. The row is read once; its gradient, when asked for, is written
-// from the registers.
+// each holding kLoads vectors of kVec values. The row is read once; its gradient, when asked
+// for, is written from the registers.
 template <class T, int kTPR, int kVec, int kLoads>
 __global__ void __launch_bounds__(kTPR > 32 ? kTPR : kGroupThreads)
 row_cached(CrossEntropyArgs a) {
@@ -586,7 +586,8 @@ static unsigned row_grid(int64_t groups) {
 template <class T, int kTPR, int kVec, int kLoads>
 static void launch_cached(const CrossEntropyArgs* a, cudaStream_t stream) {
     constexpr int kBlock = kTPR > 32 ? kTPR : kGroupThreads;
-    row_cached<T, kTPR, kVec, kLoads><<<row_grid(ceil_div(a->rows, kBlock / kTPR)), kBlock, 0, stream>>>(*a);
+    const unsigned blocks = row_grid(ceil_div(a->rows, kBlock / kTPR));
+    row_cached<T, kTPR, kVec, kLoads><<<blocks, kBlock, 0, stream>>>(*a);
 }
 
 // Rows that fit in registers get 32 values per thread (16 when read one by one), and as few
@@ -628,8 +629,10 @@ static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
         count_targets<<<1, kCountThreads, 0, stream>>>(*a);
     launch_rows<T>(a, stream);
     if (a->reduction != REDUCTION_NONE) {
-        if (a->rows > kFinishChunk)
-            sum_chunks<A><<<static_cast<unsigned>(ceil_div(a->rows, kFinishChunk)), kCountThreads, 0, stream>>>(*a);
+        if (a->rows > kFinishChunk) {
+            const unsigned chunks = static_cast<unsigned>(ceil_div(a->rows, kFinishChunk));
+            sum_chunks<A><<<chunks, kCountThreads, 0, stream>>>(*a);
+        }
         finish<T, A><<<1, kCountThreads, 0, stream>>>(*a);
     }
     return cudaGetLastError();
