@@ -104,8 +104,10 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
             compare_rows(got, expected, rtol=1e-5 if dtype == torch.float32 else 8e-3)
 
 
-@case("out-of-range targets: IndexError, never read out of bounds, context still fine")
+@case("out-of-range targets with check_targets=True: IndexError, context still fine")
 def _():
+    # (Without the check, the final version stops with a device-side assertion, which ends the
+    # process's CUDA context: tests/gpu/test_operators.py checks that in a subprocess.)
     x = torch.randn(100, 1000, device="cuda")
     for bad in (1000, -5, 1 << 40):
         t = torch.randint(0, 1000, (100,), device="cuda")
@@ -115,12 +117,6 @@ def _():
             raise AssertionError("no IndexError")
         except IndexError as error:
             assert "out of range" in str(error) and "row 37" in str(error), str(error)
-        for red in ("mean", "none"):
-            got = cross_entropy(x, t, reduction=red, kernel=v3, check_targets=False)
-            assert torch.isnan(got).any(), "bad target did not give NaN"
-        xg = x.clone().requires_grad_()
-        cross_entropy(xg, t, kernel=v3, check_targets=False).backward()
-        assert torch.isnan(xg.grad[37]).all() and torch.isfinite(xg.grad[36]).all()
     torch.cuda.synchronize()
     t = torch.randint(0, 1000, (100,), device="cuda")
     assert relative_error(cross_entropy(x, t, kernel=v3), F.cross_entropy(x.double(), t)) < 1e-5

@@ -26,8 +26,9 @@ from kernels.losses import get_loss
 CHAPTER = "cross_entropy_targets"
 V1, V2, V3 = ("ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",
               "ch5_cross_entropy/v3_fused_rows.cu")
-CHECKED = "v3 cross_entropy() [check_targets=True, default]"
-UNCHECKED = "v3 cross_entropy(check_targets=False)"
+CHECKED = "v3 cross_entropy(check_targets=True)"
+UNCHECKED = "v3 cross_entropy() [default, no host wait]"
+FB_CHECKED, FB_DEFAULT = "v3 fused, check_targets=True", "v3 fused [default]"
 
 try:  # Liger-Kernel: optional, compared when present
     from liger_kernel.transformers.functional import liger_cross_entropy
@@ -47,9 +48,9 @@ def forward_providers(dtype, versions):
         providers["liger"] = lambda x, t: liger_cross_entropy(x, t)
     for name, kernel in versions.items():
         providers[name] = raw_op(kernel)
-    providers[UNCHECKED] = functools.partial(cross_entropy, kernel=versions["v3"],
-                                             check_targets=False)
-    providers[CHECKED] = functools.partial(cross_entropy, kernel=versions["v3"])
+    providers[UNCHECKED] = functools.partial(cross_entropy, kernel=versions["v3"])
+    providers[CHECKED] = functools.partial(cross_entropy, kernel=versions["v3"],
+                                           check_targets=True)
     return providers
 
 
@@ -79,28 +80,6 @@ def bench_forward_backward(providers, shape, dtype=torch.float32, reps=50):
     return out
 
 
-def queued_ms(fn, args, iters=20, repeats=5):
-    """GPU time per call with the host queued ahead: a sleep kernel holds the GPU while the host
-    launches ``iters`` calls, so autograd's host work between kernels never shows as idle GPU
-    (per-call events see it whenever the host falls behind). Median over ``repeats``."""
-    import statistics
-
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(50_000_000)  # ~30 ms at H100 clocks: longer than the host's launches
-        start.record()
-        for _ in range(iters):
-            fn(*args)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)
-
-
 def accuracy(kernel):
     """Relative errors against float64 at the target shapes: loss and gradient."""
     lines = []
@@ -125,22 +104,6 @@ def accuracy(kernel):
         del x, t, ref
         torch.cuda.empty_cache()
     return lines
-
-
-def kernel_times(label, fn, args, reps=5):
-    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn(*args)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn(*args)
-        torch.cuda.synchronize()
-    for event in prof.key_averages():
-        if event.device_time_total > 0:
-            print(f"  {label}: {event.key[:70]:<70} {event.device_time_total / reps:8.1f} µs "
-                  f"x{event.count // reps}")
 
 
 def main():
@@ -171,15 +134,13 @@ def main():
     fb_providers = {
         "eager": forward_backward(F.cross_entropy),
         "compile": forward_backward(compiled),
-        "v3 fused [check_targets=True, default]": forward_backward(functools.partial(
-            cross_entropy, kernel=v3)),
-        "v3 fused, check_targets=False": forward_backward(functools.partial(
-            cross_entropy, kernel=v3, check_targets=False)),
+        FB_CHECKED: forward_backward(functools.partial(
+            cross_entropy, kernel=v3, check_targets=True)),
+        FB_DEFAULT: forward_backward(functools.partial(cross_entropy, kernel=v3)),
         "v3 fused, grad_output 2 (scaling pass)": forward_backward(
-            functools.partial(cross_entropy, kernel=v3, check_targets=False),
-            torch.tensor(2.0, device="cuda")),
+            functools.partial(cross_entropy, kernel=v3), torch.tensor(2.0, device="cuda")),
         "v3 lse + backward kernel": forward_backward(functools.partial(
-            cross_entropy, kernel=v3, check_targets=False, fused_backward=False)),
+            cross_entropy, kernel=v3, fused_backward=False)),
     }
     if liger_cross_entropy is not None:
         fb_providers["liger"] = forward_backward(lambda x, t: liger_cross_entropy(x, t))
@@ -188,9 +149,8 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(2)
     x = torch.randn(32768, 4096, generator=gen, device="cuda").requires_grad_()
     t = torch.randint(0, 4096, (32768,), generator=gen, device="cuda")
-    queued = {name: queued_ms(fb_providers[name], (x, t))
-              for name in ("eager", "compile", "v3 fused, check_targets=False",
-                           "v3 fused [check_targets=True, default]")}
+    queued = {name: bench.queued_ms(fb_providers[name], (x, t))
+              for name in ("eager", "compile", FB_DEFAULT, FB_CHECKED)}
     del x, t
 
     print(f"\n{'loss':<22} {'shape':<12} {'provider':<48} {'ms':>8} {'GB/s':>7} {'%peak':>6}")
@@ -201,11 +161,10 @@ def main():
     def get(rows, provider):
         return next(m for m in rows if m.provider == provider)
 
-    fb_checked, fb_unchecked = "v3 fused [check_targets=True, default]", "v3 fused, check_targets=False"
     targets = []
     # Three modes for the forward: the op alone (what the kernels cost), the wrapper with
-    # check_targets=False (trusted targets, nothing waits), the wrapper's default (reads the flag).
-    for mode, name in (("op alone", "v3"), ("check_targets=False", UNCHECKED),
+    # default (nothing waits; a bad target stops the kernel), check_targets=True (host check).
+    for mode, name in (("op alone", "v3"), ("default", UNCHECKED),
                        ("check_targets=True", CHECKED)):
         targets += [
             (f"fwd 32768x4096 fp32 GB/s >= 2800 [{mode}]", get(fwd, name).gbps, 2800),
@@ -217,16 +176,16 @@ def main():
             (f"fwd 4096x131072 bf16 GB/s >= 2600 [{mode}]", get(big16, name).gbps, 2600),
         ]
     targets += [
-        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [check_targets=False]",
-         get(fb, "eager").ms / get(fb, fb_unchecked).ms, 2.5),
+        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [default]",
+         get(fb, "eager").ms / get(fb, FB_DEFAULT).ms, 2.5),
         ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [check_targets=True]",
-         get(fb, "eager").ms / get(fb, fb_checked).ms, 2.5),
+         get(fb, "eager").ms / get(fb, FB_CHECKED).ms, 2.5),
     ]
     targets += [
-        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [GPU time, host queued ahead, check_targets=False]",
-         queued["eager"] / queued["v3 fused, check_targets=False"], 2.5),
+        ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [GPU time, host queued ahead, default]",
+         queued["eager"] / queued[FB_DEFAULT], 2.5),
         ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [GPU time, host queued ahead, check_targets=True]",
-         queued["eager"] / queued["v3 fused [check_targets=True, default]"], 2.5),
+         queued["eager"] / queued[FB_CHECKED], 2.5),
     ]
     print("\nfwd+bwd 32768x4096 fp32, GPU time per step with the host queued ahead (ms): "
           + ", ".join(f"{name} {ms:.4f}" for name, ms in queued.items()))
@@ -242,10 +201,10 @@ def main():
     x = torch.randn(32768, 4096, generator=gen, device="cuda")
     t = torch.randint(0, 4096, (32768,), generator=gen, device="cuda")
     print("\nwhere the time goes, 32768 x 4096 fp32 forward (profiler, kernel durations):")
-    kernel_times("v3", raw_op(v3), (x, t))
+    bench.kernel_times("v3", raw_op(v3), (x, t))
     xg = x.clone().requires_grad_()
-    kernel_times("v3 fwd+bwd", forward_backward(functools.partial(cross_entropy, kernel=v3,
-                                                                  check_targets=False)), (xg, t))
+    bench.kernel_times("v3 fwd+bwd", forward_backward(functools.partial(cross_entropy, kernel=v3)),
+                 (xg, t))
     del x, t, xg
 
     path = results.save(results.rows_from(measured, gpu, "ch5", peak), CHAPTER)

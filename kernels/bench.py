@@ -23,6 +23,10 @@ MAX_ELEMENTS = int(os.environ.get("KERNELS_MAX_ELEMENTS", 1 << 30))
 # GPU clock cycles of the sleep queued before each timed call (about 0.1 ms at H100 clocks).
 LEAD_CYCLES = 200_000
 
+# GPU clock cycles of the sleep queued_ms puts in front of its calls: about 30 ms at H100 clocks,
+# longer than the host takes to launch them.
+QUEUE_CYCLES = 50_000_000
+
 # Problem sizes of the throughput plots: 2^12 to 2^30 elements.
 SIZES = tuple(1 << k for k in range(12, 31, 2) if 1 << k <= MAX_ELEMENTS)
 
@@ -170,3 +174,42 @@ def element_wise_shape(n: int, loss_name: str) -> tuple:
         cols = 1 << ((n.bit_length() - 1) // 2)
         return (n // cols, cols)
     return (n,)
+
+
+def queued_ms(fn, args, iters=20, repeats=5):
+    """GPU time per call with the host queued ahead: a sleep kernel holds the GPU while the host
+    launches ``iters`` calls, so autograd's host work between kernels never shows as idle GPU
+    (per-call events see it whenever the host falls behind). Median over ``repeats``."""
+    import torch
+
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(QUEUE_CYCLES)
+        start.record()
+        for _ in range(iters):
+            fn(*args)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def kernel_times(label, fn, args, reps=5):
+    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*args)
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.device_time_total > 0:
+            print(f"  {label}: {event.key[:70]:<70} {event.device_time_total / reps:8.1f} µs "
+                  f"x{event.count // reps}")

@@ -53,6 +53,7 @@ BINDINGS_DIR = KERNELS_DIR / "bindings"
 BINDINGS = {
     "ReductionArgs": ("reduction.cpp", "reduction_op", "REDUCTION_SCHEMA"),
     "CrossEntropyArgs": ("cross_entropy.cpp", "cross_entropy_op", "CROSS_ENTROPY_SCHEMA"),
+    "FusedLossArgs": ("fused_loss.cpp", "fused_loss_op", "FUSED_LOSS_SCHEMA"),
 }
 # Ops of one binding that take another schema, chosen by the end of the op's name (cross-entropy's
 # backward ops): struct -> {suffix: (template, schema macro)}.
@@ -61,7 +62,11 @@ OP_VARIANTS = {
         "_backward": ("cross_entropy_backward_op", "CROSS_ENTROPY_BACKWARD_SCHEMA"),
         "_scale_grad": ("cross_entropy_scale_grad_op", "CROSS_ENTROPY_SCALE_GRAD_SCHEMA"),
     },
+    "FusedLossArgs": {
+        "_scale_grad": ("fused_loss_scale_grad_op", "FUSED_LOSS_SCALE_GRAD_SCHEMA"),
+    },
 }
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')
 
 
@@ -75,6 +80,7 @@ class Kernel:
 
     source: str  # relative to kernels/ (course kernels) or to the repository (solutions)
     name: str  # the unique build and library name
+    struct: str = ""  # the launchers' argument struct, which names the binding
     ops: dict = field(default_factory=dict)
     build_seconds: float = 0.0
     cached: bool = False
@@ -163,27 +169,54 @@ def build_root() -> Path:
     return Path.home() / ".cache" / "loss-kernels" / f"torch-{torch.__version__}"
 
 
-def _sources_for(path: Path):
-    """Every file whose text goes into the build, in a fixed order (for the hash)."""
-    cuda_text = path.read_text()
-    launchers = find_launchers(cuda_text)
-    binding = BINDINGS_DIR / BINDINGS[launchers[0][1]][0]
-    headers = sorted(COMMON_DIR.glob("*.h*"))
-    return cuda_text, launchers, binding, headers
+def included_headers(texts) -> list[Path]:
+    """The headers of kernels/common/ that the given sources include, directly or not, sorted."""
+    found, todo = set(), list(texts)
+    while todo:
+        for name in INCLUDE.findall(todo.pop()):
+            header = COMMON_DIR / name
+            if header.is_file() and header not in found:
+                found.add(header)
+                todo.append(header.read_text())
+    return sorted(found)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything that goes into one build, each file read once."""
+
+    path: Path
+    cuda_text: str
+    launchers: list
+    binding: Path
+    binding_text: str
+    headers: dict  # Path -> text
+
+    @classmethod
+    def read(cls, path: Path) -> "Sources":
+        cuda_text = path.read_text()
+        launchers = find_launchers(cuda_text)
+        binding = BINDINGS_DIR / BINDINGS[launchers[0][1]][0]
+        binding_text = binding.read_text()
+        headers = {h: h.read_text() for h in included_headers([cuda_text, binding_text])}
+        return cls(path, cuda_text, launchers, binding, binding_text, headers)
+
+    def build_name(self, archs) -> str:
+        """A library name unique to the sources, the architectures and the torch version."""
+        import torch
+
+        digest = hashlib.sha256()
+        for text in [self.cuda_text, self.binding_text, *self.headers.values(), ",".join(archs),
+                     torch.__version__]:
+            digest.update(text.encode())
+            digest.update(b"\0")
+        stem = re.sub(r"\W", "_", self.path.stem)[:40]
+        return f"{stem}_{digest.hexdigest()[:12]}"
 
 
 def build_name(path: Path, archs) -> str:
-    """A library name unique to the sources, the architectures and the torch version."""
-    import torch
-
-    cuda_text, _, binding, headers = _sources_for(path)
-    digest = hashlib.sha256()
-    for text in [cuda_text, binding.read_text(), *(h.read_text() for h in headers),
-                 ",".join(archs), torch.__version__]:
-        digest.update(text.encode())
-        digest.update(b"\0")
-    stem = re.sub(r"\W", "_", path.stem)[:40]
-    return f"{stem}_{digest.hexdigest()[:12]}"
+    """The library name of one kernel file's build (see :meth:`Sources.build_name`)."""
+    return Sources.read(path).build_name(archs)
 
 
 def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
@@ -233,15 +266,17 @@ def _arch_list(archs):
 _LOADED: dict[str, Kernel] = {}
 
 
-def _record_sources(path: Path, binding: Path, headers) -> None:
+def _record_sources(sources: Sources) -> None:
     """Append the hashes of the sources just built to $KERNELS_SOURCES_LOG (set by tools/execute.py)."""
     log = os.environ.get("KERNELS_SOURCES_LOG")
     if not log:
         return
+    texts = {sources.path: sources.cuda_text, sources.binding: sources.binding_text,
+             **sources.headers}
     with open(log, "a") as handle:
-        for file in [path, binding, *headers]:
+        for file, text in texts.items():
             rel = file.relative_to(KERNELS_DIR.parent).as_posix()
-            handle.write(json.dumps({rel: hashlib.sha256(file.read_bytes()).hexdigest()}) + "\n")
+            handle.write(json.dumps({rel: hashlib.sha256(text.encode()).hexdigest()}) + "\n")
 
 
 def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel:
@@ -255,12 +290,12 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
 
     path = source_path(source)
     archs = target_archs(archs)
-    cuda_text, launchers, binding, headers = _sources_for(path)
-    name = build_name(path, archs)
+    sources = Sources.read(path)
+    name = sources.build_name(archs)
     # Shown relative to kernels/ (course kernels) or to the repository (solutions/kernels/...).
     inside = path.is_relative_to(KERNELS_DIR)
     shown = path.relative_to(KERNELS_DIR if inside else KERNELS_DIR.parent).as_posix()
-    _record_sources(path, binding, headers)
+    _record_sources(sources)
     if name in _LOADED:
         return _LOADED[name]
 
@@ -272,8 +307,8 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
         try:
             load_inline(
                 name=name,
-                cpp_sources=[binding.read_text(), registration(name, launchers)],
-                cuda_sources=[cuda_text],
+                cpp_sources=[sources.binding_text, registration(name, sources.launchers)],
+                cuda_sources=[sources.cuda_text],
                 extra_include_paths=[str(COMMON_DIR)],
                 # The binding only checks tensors and calls the launcher: optimising it saves
                 # nothing measurable per call but costs seconds of every build.
@@ -285,13 +320,19 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
                 verbose=verbose,
             )
         except RuntimeError as error:
-            files = {"cuda.cu": f"kernels/{shown}" if inside else shown, "main.cpp": f"kernels/bindings/{binding.name}"}
+            files = {"cuda.cu": f"kernels/{shown}" if inside else shown,
+                     "main.cpp": f"kernels/bindings/{sources.binding.name}"}
             raise KernelBuildError(
                 f"{shown} did not compile:\n{readable_compiler_error(str(error), files)}"
             ) from None
-    kernel = Kernel(source=shown, name=name, build_seconds=time.perf_counter() - started,
-                    cached=cached)
+    struct = sources.launchers[0][1]
+    kernel = Kernel(source=shown, name=name, struct=struct,
+                    build_seconds=time.perf_counter() - started, cached=cached)
     namespace = getattr(torch.ops, name)
-    kernel.ops = {op: getattr(namespace, op) for op, _ in launchers}
+    kernel.ops = {op: getattr(namespace, op) for op, _ in sources.launchers}
+    # Fake kernels and autograd formulas (chapter 6): once per library, as its namespace is new.
+    from .operators import register
+
+    register(kernel, struct)
     _LOADED[name] = kernel
     return kernel

@@ -35,6 +35,49 @@ def cross_entropy(logits, target, **kwargs):
     return F.cross_entropy(logits, target, **kwargs)
 
 
+# The per-element losses (no reduction), for the operators of chapter 6: their reductions
+# ("mean", "sum", "none") and, through autograd in float64, their reference gradients.
+def mse_each(pred, target):
+    return (pred - target) ** 2
+
+
+def smooth_l1_each(pred, target, beta=1.0):
+    import torch.nn.functional as F
+
+    return F.smooth_l1_loss(pred, target, reduction="none", beta=beta)
+
+
+def hinge_each(pred, target):
+    import torch
+
+    return torch.clamp(1 - pred * target, min=0)
+
+
+def reduce(values, reduction: str):
+    """PyTorch's ``reduction`` argument: "mean", "sum" or "none"."""
+    if reduction == "mean":
+        return values.mean()
+    if reduction == "sum":
+        return values.sum()
+    if reduction == "none":
+        return values
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+# d loss / d target, element by element, given d loss / d pred (grad_pred) and what multiplies
+# each element's own derivative (upstream: grad_output, divided by n for the mean).
+def _minus_grad(pred, target, grad_pred, upstream):
+    """A loss of (pred - target): minus the prediction's gradient."""
+    return -grad_pred
+
+
+def _hinge_target_grad(pred, target, grad_pred, upstream):
+    """clamp(1 - p y, min=0): -p where the clamp passes the gradient (1 - p y >= 0), else 0."""
+    import torch
+
+    return torch.where(1 - pred * target >= 0, -pred, 0) * upstream
+
+
 def _element_wise_inputs(shape, generator, device="cuda", dtype=None):
     import torch
 
@@ -72,6 +115,15 @@ class Loss:
     reference: Callable  # the PyTorch expression, also the float64 reference on upcast inputs
     make_inputs: Callable  # (shape, torch.Generator, device, dtype) -> (input, target)
     check_shapes: tuple  # the irregular shapes of the check suite, with a label each
+    # For the operators of chapter 6 (element-wise losses only):
+    each: Callable | None = None  # the loss of every element, PyTorch's expression
+    param: tuple | None = None  # (name, default) of the loss's parameter, e.g. ("beta", 1.0)
+    broadcast_target: bool = False  # the target may be one row shared by every row of pred
+    target_grad: Callable | None = None  # (pred, target, grad_pred, upstream) -> d loss / d target
+
+    def reference_reduced(self, pred, target, reduction="mean", **param):
+        """The loss with PyTorch's ``reduction`` and parameter (chapter 6's reference)."""
+        return reduce(self.each(pred, target, **param), reduction)
 
     def min_bytes(self, shape, element_size=4) -> int:
         """The fewest bytes this loss must read from memory: each input once, nothing else."""
@@ -103,8 +155,10 @@ _ELEMENT_WISE_SHAPES = (
 )
 
 LOSSES = {
-    "mse": Loss("mse", mse, _element_wise_inputs, _ELEMENT_WISE_SHAPES),
-    "smooth_l1": Loss("smooth_l1", smooth_l1, _element_wise_inputs, _ELEMENT_WISE_SHAPES),
+    "mse": Loss("mse", mse, _element_wise_inputs, _ELEMENT_WISE_SHAPES, each=mse_each,
+                target_grad=_minus_grad),
+    "smooth_l1": Loss("smooth_l1", smooth_l1, _element_wise_inputs, _ELEMENT_WISE_SHAPES,
+                      each=smooth_l1_each, param=("beta", 1.0), target_grad=_minus_grad),
     "hinge": Loss("hinge", hinge, _hinge_inputs, (
         ("1 x 1", (1, 1)),
         ("rows below one block", (3, 100)),
@@ -112,7 +166,7 @@ LOSSES = {
         ("square, odd (KernelBench shape)", (1_031, 1_031)),
         ("rows not a multiple of 4", (700, 1_001)),
         ("large", (2_049, 2_048)),
-    )),
+    ), each=hinge_each, broadcast_target=True, target_grad=_hinge_target_grad),
     "cross_entropy": Loss("cross_entropy", cross_entropy, _cross_entropy_inputs, (
         ("1 row, 1 class", (1, 1)),
         ("few classes", (33, 10)),

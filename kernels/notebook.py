@@ -35,5 +35,5 @@ def show_source(source, start: str | None = None, end: str | None = None):
                      if end is not None and end in line), len(lines) - 1)
         lines = lines[first:last + 1]
     shown = path.relative_to(KERNELS_DIR.parent).as_posix()
-    language = "cuda" if path.suffix in (".cu", ".cuh") else "cpp"
+    language = {".cu": "cuda", ".cuh": "cuda", ".py": "python"}.get(path.suffix, "cpp")
     return Markdown(f"`{shown}`\n\n```{language}\n" + "\n".join(lines) + "\n```")

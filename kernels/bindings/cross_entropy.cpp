@@ -4,7 +4,7 @@
 //     cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save)
 //         -> (loss, saved, bad_target)
 //     cross_entropy_backward(grad_output, logits, target, lse, ignore_index, label_smoothing) -> grad
-//     cross_entropy_scale_grad(grad, grad_output) -> grad       (scales grad in place)
+//     cross_entropy_scale_grad(grad, grad_output) -> ()         (scales grad in place)
 // reduction: 0 none, 1 mean, 2 sum. save: 0 nothing, 1 the rows' log-sum-exp (for the backward op),
 // 2 the fused gradient for grad_output == 1 (scaled later by cross_entropy_scale_grad).
 // bad_target is a 0-d int32 tensor on the GPU, 1 when a target was out of range: reading it is the
@@ -162,13 +162,13 @@ at::Tensor cross_entropy_backward_op(const at::Tensor& grad_output, const at::Te
 }
 
 template <CrossEntropyLauncher launch>
-at::Tensor cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output) {
+void cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output) {
     TORCH_CHECK(grad.is_cuda() && grad.is_contiguous() && grad.dim() == 2,
                 "grad must be the forward's contiguous 2-D fused gradient (save=2)");
     TORCH_CHECK(grad_output.numel() == 1 && grad_output.device() == grad.device() &&
                 grad_output.scalar_type() == grad.scalar_type(),
                 "grad_output must be one value of the gradient's dtype and device");
-    if (grad.numel() == 0) return grad;
+    if (grad.numel() == 0) return;
     const c10::cuda::CUDAGuard guard(grad.device());
     CrossEntropyArgs args{};
     args.rows = grad.size(0);
@@ -177,7 +177,6 @@ at::Tensor cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_
     args.grad = grad.data_ptr();
     args.grad_output = grad_output.data_ptr();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
-    return grad;
 }
 
 #define CROSS_ENTROPY_SCHEMA                                                                   \
@@ -186,4 +185,6 @@ at::Tensor cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_
 #define CROSS_ENTROPY_BACKWARD_SCHEMA                                                          \
     "(Tensor grad_output, Tensor logits, Tensor target, Tensor lse, int ignore_index, "       \
     "float label_smoothing) -> Tensor"
-#define CROSS_ENTROPY_SCALE_GRAD_SCHEMA "(Tensor(a!) grad, Tensor grad_output) -> Tensor(a!)"
+// Returns nothing: an op that returns an alias of its mutated input cannot be traced by
+// torch.compile (it cannot be rewritten as a functional op).
+#define CROSS_ENTROPY_SCALE_GRAD_SCHEMA "(Tensor(a!) grad, Tensor grad_output) -> ()"

@@ -29,9 +29,11 @@
 //   exiting, and the row kernel went from ~196 to 252 µs.
 // - bf16/fp16 logits are accumulated in fp32; fp64 logits in fp64 (for torch.autograd.gradcheck,
 //   on the simple path only: one scalar streaming kernel).
-// Out-of-range targets are never used as an index: their row's loss (and gradient) becomes NaN
-// and a flag is raised on the GPU; the Python wrapper reads it after the kernel (one 4-byte
-// copy) and raises IndexError, unless check_targets=False.
+// Out-of-range targets are never used as an index. The kernel that reads them stops with a
+// device-side assertion, as PyTorch's own kernels do: no call waits for the GPU to learn that
+// its targets were fine (reading a flag back cost 34-168 µs per call, bench/PERFLOG.md), and a
+// bad target still reaches Python as an error, at the next synchronisation. The price: the
+// process's CUDA context is lost (chapter 6 weighs this).
 // What was tried and dropped (bench/PERFLOG.md): a resident grid looping over tiles of 8 rows
 // (slower: 227 vs 196 µs at 32768 x 4096, hides latency worse than a block per row), and a
 // 1024-thread register path for rows of 4097..16384 fp32 (its build time was not worth it:
@@ -50,6 +52,9 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+
+#undef NDEBUG  // the bad-target assertion stays in every build, as PyTorch's CUDA_KERNEL_ASSERT
+#include <assert.h>
 
 #include "cuda_utils.cuh"
 #include "loss_args.h"
@@ -193,7 +198,10 @@ __device__ __forceinline__ void write_row(const CrossEntropyArgs& a, int64_t row
     else  // -0.0 marks an ignored row for the final count (a valid row's loss is >= +0)
         row_losses<A>(a)[row] = r.ignored ? -A(0) : loss;
     if (a.lse) static_cast<A*>(a.lse)[row] = lse;
-    if (r.bad) *a.bad_target = 1;  // every writer writes 1: no race that matters
+    if (r.bad) {
+        *a.bad_target = 1;  // every writer writes 1: no race that matters
+        assert(!"cross_entropy: a target is out of range [0, classes) and not ignore_index");
+    }
 }
 
 // The gradient of this row's loss for grad_output == 1: 1/count for the mean (count written by

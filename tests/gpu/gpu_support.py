@@ -21,6 +21,7 @@ if str(ROOT) not in sys.path:
 KERNELS = ROOT / "kernels"
 ELEMENT_WISE_CHAPTERS = ("ch2_atomics", "ch3_block_reduction", "ch4_two_pass")
 CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
+OPERATORS_CHAPTER = "ch6_operators"
 
 # kernels.load is the function (kernels/__init__.py); this is the module.
 load_module = importlib.import_module("kernels.load")

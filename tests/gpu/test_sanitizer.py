@@ -1,4 +1,4 @@
-"""Every kernel version (chapters 2-5) under compute-sanitizer: memcheck, racecheck, synccheck and
+"""Every kernel version (chapters 2-6) under compute-sanitizer: memcheck, racecheck, synccheck and
 initcheck, on small irregular inputs (tests/gpu/sanitize_driver.py).
 
 All kernels are built once in this process first (the build folder, KERNELS_BUILD_DIR, is shared
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_support import (CROSS_ENTROPY_CHAPTER, ELEMENT_WISE_CHAPTERS, kernel_files, record,
-                         version)
+from gpu_support import (CROSS_ENTROPY_CHAPTER, ELEMENT_WISE_CHAPTERS, OPERATORS_CHAPTER,
+                         kernel_files, record, version)
 
 pytestmark = pytest.mark.gpu
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FILES = kernel_files(*ELEMENT_WISE_CHAPTERS, CROSS_ENTROPY_CHAPTER)
+FILES = kernel_files(*ELEMENT_WISE_CHAPTERS, CROSS_ENTROPY_CHAPTER, OPERATORS_CHAPTER)
 DRIVER = Path(__file__).resolve().parent / "sanitize_driver.py"
 WORKERS = 8
 TIMEOUT = 600
@@ -62,15 +62,19 @@ def run_one(tool, path):
 
 
 @pytest.fixture(scope="session")
-def sanitizer_runs():
+def sanitizer_runs(request):
     if sanitizer() is None:
         pytest.skip("compute-sanitizer not found (CUDA_HOME/bin or PATH)")
     from kernels import load
 
-    for path in FILES:  # build once, here; the sanitized processes load from the cache
-        load(path)
+    # Only what was selected (pytest -k): every file costs a build and four sanitized runs.
+    wanted = {(item.callspec.params["path"], item.callspec.params["tool"])
+              for item in request.session.items
+              if item.originalname == "test_sanitizer_clean" and hasattr(item, "callspec")}
+    for path in sorted({path for path, _ in wanted}):  # build once, here; the sanitized
+        load(path)                                     # processes load from the cache
     pool = ThreadPoolExecutor(max_workers=WORKERS)
-    futures = {(version(p), tool): pool.submit(run_one, tool, p) for p in FILES for tool in TOOLS}
+    futures = {(version(p), tool): pool.submit(run_one, tool, p) for p, tool in sorted(wanted)}
     yield futures
     pool.shutdown(wait=True)
 

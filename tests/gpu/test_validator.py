@@ -4,7 +4,8 @@
   ``kernels.check.check`` must raise CheckFailed naming the case and what it expected and got.
   One more wrong answer is in Python: a correct kernel whose result is reshaped to [1] instead of
   PyTorch's 0-d (a binding returning at::empty({1})).
-- Every kernel file under solutions/ passes the check suite of the loss each op computes.
+- Every kernel file under solutions/ passes the check suite of the loss each op computes, or,
+  for a loss that is not one of the course's four (chapter 6's log-cosh), its exercise's check.
 """
 
 import importlib
@@ -22,6 +23,8 @@ from kernels.losses import get_loss  # noqa: E402
 WRONG = sorted((ROOT / "tests" / "fixtures" / "wrong_answers").glob("*.cu"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("**/*.cu"))
 CORRECT = "ch4_two_pass/v2_deterministic_tiles.cu"  # the kernel the Python wrong answer wraps
+# Solutions of exercises that add a new loss: (module, check function) of the exercise.
+EXERCISE_CHECKS = {"ch6_log_cosh.cu": ("kernels.exercises.ch6_checks", "check_log_cosh")}
 
 
 def ops_and_losses(path: Path):
@@ -81,6 +84,11 @@ def test_solution_passes(path):
     from kernels import load
 
     kernel = load(path)
+    if path.name in EXERCISE_CHECKS:
+        module, name = EXERCISE_CHECKS[path.name]
+        assert getattr(importlib.import_module(module), name)(kernel), f"{name} failed"
+        record(version(path), "validator", "pass", cases=1)
+        return
     cases = ops_and_losses(path)
     assert cases, f"{path.name} defines no loss op"
     for op, loss in cases:

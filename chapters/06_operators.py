@@ -1,0 +1,757 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %% tags=["hide-input"]
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 6: From kernel to PyTorch operator
+#
+# Chapters 4 and 5 ended with kernels that read their inputs at the speed of the GPU's memory.
+# A learner cannot train with them yet. A loss in a training loop is called inside
+# `loss.backward()`, inside `torch.compile`, in bfloat16, thousands of times in a row without
+# the host ever waiting for the GPU. This chapter makes the four losses real PyTorch operators:
+#
+# - a **backward** for every loss, computed in the same pass as the forward (12 bytes per
+#   float32 element for a training step instead of 20);
+# - **bfloat16 and float16** inputs, accumulated in float32;
+# - a **fake kernel** and an **autograd formula** registered with `torch.library`, so that
+#   `torch.library.opcheck` passes and `torch.compile(fullgraph=True)` compiles a training step
+#   with no graph break;
+# - a cross-entropy that **never waits for the host**, even to report a bad target;
+# - and a **real training run**: four small models trained with PyTorch's losses and with ours,
+#   side by side.
+
+# %%
+import copy
+import math
+import subprocess
+import time
+import warnings
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from IPython.display import Markdown
+
+import kernels
+from kernels import bench, load, operators, results
+from kernels.check import relative_error
+from kernels.exercises.ch5_checks import run_exercise
+from kernels.exercises.ch6_checks import check_log_cosh
+from kernels.notebook import show_source
+
+# Inductor suggests TF32 matmuls for speed; this chapter compares float32 results exactly.
+warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+GPU = torch.cuda.get_device_name()
+PEAK = bench.read_bandwidth()
+print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+
+# %% [markdown]
+# ## A kernel is not yet an operator
+#
+# `kernels.load` registers each launcher of a kernel file as an op with `TORCH_LIBRARY`: a
+# *schema* (the op's name, arguments and results) and a *CUDA kernel* for it. That is all a
+# call needs. Here is the same registration done from Python, for chapter 4's final MSE, with
+# nothing else: a library, a schema, and the CUDA kernel.
+
+# %% tags=["gpu"]
+v5 = load("ch4_two_pass/v5_block_tiles.cu")
+if not hasattr(torch.ops.ch6_plain, "mse"):  # defined once per process: re-running is fine
+    plain = torch.library.Library("ch6_plain", "FRAGMENT")  # kept alive: its ops live with it
+    plain.define("mse(Tensor pred, Tensor target) -> Tensor")
+    def plain_mse(pred, target):
+        with torch.no_grad():  # v5's own op records nothing: this op is all autograd sees
+            return v5.mse(pred, target)
+
+    plain.impl("mse", plain_mse, "CUDA")
+
+pred = torch.randn(1000, device="cuda", requires_grad=True)
+target = torch.randn(1000, device="cuda")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loss = torch.ops.ch6_plain.mse(pred, target)
+    loss.backward()
+print(f"loss.requires_grad = {loss.requires_grad}, pred.grad = {pred.grad}")
+for warning in caught:
+    print("warning:", str(warning.message).split(". ")[0])
+
+# %% [markdown]
+# The op runs, and `backward()` finishes without an error, but `pred.grad` is `None`: autograd
+# knows nothing about the op and treats its result as a constant, after a warning a training
+# script never shows. An optimiser step with it changes no weight. Chapters 2 to 4 build only
+# forward kernels, so `kernels.load` now gives each of their ops a backward that raises instead:
+
+# %% tags=["gpu"]
+try:
+    v5.mse(pred, target).backward()
+except NotImplementedError as error:
+    print(f"NotImplementedError: {error}")
+
+# %% [markdown]
+# The same op under `torch.compile(fullgraph=True)` fails differently. The compiler does not run
+# an op to learn the shape of its result: it traces the program with *fake tensors*, tensors
+# with a shape, a dtype and a device but no memory. Our CUDA kernel cannot run on those:
+
+# %% tags=["gpu"]
+torch._dynamo.reset()
+try:
+    torch.compile(lambda p, t: torch.ops.ch6_plain.mse(p, t) * 2, fullgraph=True)(pred, target)
+except Exception as error:
+    print(f"{type(error).__name__}: {str(error).strip().splitlines()[0][:150]}")
+
+# %% [markdown]
+# An operator needs two more registrations: a **fake kernel** (`torch.library.register_fake`)
+# that returns empty tensors of the right shape and dtype, and an **autograd formula**
+# (`torch.library.register_autograd`) that says what the backward computes. Before writing
+# them, the gradients themselves.
+#
+# ## The gradients, and a forward that writes them
+#
+# For one element with $d = p - t$, the derivatives with respect to the prediction are
+#
+# | loss | $\ell(p, t)$ | $\partial \ell / \partial p$ |
+# | --- | --- | --- |
+# | MSE | $d^2$ | $2d$ |
+# | Smooth L1 ($\beta$) | $\frac{d^2}{2\beta}$ if $\lvert d\rvert < \beta$, else $\lvert d\rvert - \frac{\beta}{2}$ | $d / \beta$ if $\lvert d\rvert < \beta$, else $\operatorname{sign}(d)$ |
+# | Hinge | $\max(0, 1 - p y)$ | $-y$ if $1 - p y \ge 0$, else $0$ |
+#
+# and for the target they are $-\partial\ell/\partial p$ for MSE and Smooth L1, and $-p$ where
+# the hinge is active. With `reduction="mean"` every derivative is divided by $n$, and the
+# backward multiplies it by `grad_output`, the gradient of whatever came after the loss (1 for
+# `loss.backward()`). At the kinks PyTorch makes a choice and we make the same one: `clamp`
+# passes the gradient where its input equals the bound, so the hinge's derivative at
+# $1 - py = 0$ is $-y$; Smooth L1 with $\beta = 0$ is the L1 loss, whose derivative at $d = 0$
+# is 0.
+#
+# Each loss is declared once, as a functor with its value and its derivative. Chapters 3 and 4
+# used only the value:
+
+# %%
+show_source("common/losses.cuh")
+
+# %% [markdown]
+# **Bytes.** Computed apart, a training step reads $p$ and $t$ for the forward (8 bytes per
+# float32 element), then reads them again and writes the gradient in the backward (12 more):
+# 20 bytes. The forward already has $p$ and $t$ in registers, so it can write
+# $\partial\ell/\partial p$ for `grad_output` $= 1$ at once: 8 bytes read, 4 written, 12 in all,
+# and the backward has nothing left to read. When `grad_output` is not 1 (a loss multiplied by
+# a constant, or the loss scaling of mixed precision), the backward multiplies the stored
+# gradient in place: one more read and write of it (8 bytes), 20 in all. It reads `grad_output`
+# on the GPU and returns at once when it is 1, so the host never waits to decide.
+#
+# The kernel is chapter 4's version 5 (a block of 512 threads per tile, float64 for the sum of
+# the tiles' partials, the same bits on every run), templated over the functor and the dtype,
+# with the gradient written beside the sum. Values are loaded 16 bytes at a time, four float32
+# or eight bfloat16 values, and converted to float32 in registers:
+
+# %%
+show_source("common/fused_loss.cuh", "template <class Loss, class T, bool kGrad>", "// This thread's part")
+
+# %%
+show_source("common/fused_loss.cuh", "// The backward of \"mean\" and \"sum\"", "// Elements per tile")
+
+# %% [markdown]
+# The chapter's kernel file only picks the losses that become ops; everything else is in the
+# header `kernels/common/fused_loss.cuh` (shown whole in the exercises below) and in the binding
+# `kernels/bindings/fused_loss.cpp`, which checks the tensors and allocates the loss and the
+# gradient:
+
+# %%
+show_source("ch6_operators/fused_losses.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+fused = load("ch6_operators/fused_losses.cu")
+fused
+
+# %% [markdown]
+# Each loss op returns two tensors: the loss, and the gradient for `grad_output` $= 1$ when the
+# last argument, `want_grad`, asks for it. The schema `kernels.load` registered for them:
+
+# %%
+from kernels.load import registration
+
+print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "FusedLossArgs")]))
+
+# %% [markdown]
+# ## Fake kernels and autograd formulas
+#
+# `kernels/operators.py` registers the two missing pieces for every op of a kernel file when
+# `kernels.load` builds it. The fake kernel of a loss op computes shapes only:
+
+# %%
+show_source("operators.py", "def _fake_fused_loss", "def _register_fused_losses")
+
+# %% [markdown]
+# The autograd formula has two halves. `setup_context` runs after the forward and keeps what
+# the backward needs: the gradient the forward wrote (and the inputs, only if the target needs
+# a gradient too). `backward` multiplies that gradient by `grad_output`, in place:
+
+# %%
+show_source("operators.py", "    def setup_context(ctx, inputs, output):", "    return setup_context, backward")
+
+# %% [markdown]
+# Three details decide whether this works everywhere:
+#
+# - `ctx.set_materialize_grads(False)`: the op's second output, the gradient, is never
+#   differentiated, and without this line autograd would allocate a tensor of zeros as its
+#   "gradient" before every backward: 4 more bytes written per element.
+# - Under `torch.compile` the backward is traced too, and the saved gradient is then a
+#   *functional* tensor that may not be written to (AOTAutograd's graphs are functional). There
+#   the backward multiplies out of place. We found this the way the tests find it:
+#   `torch.library.opcheck` failed with "Node mul was invalid, but is output".
+# - Each build of a kernel file has its own namespace (its name holds a hash of its sources),
+#   and `kernels.load` registers once per namespace. Running a cell that builds a kernel again
+#   returns the cached build and registers nothing twice, which is what makes
+#   "only a single TORCH_LIBRARY can be used to register the namespace" impossible here.
+#
+# `kernels.operators.LossOps` wraps the ops in functions with PyTorch's arguments: it turns
+# `reduction="mean"` into the op's integer, promotes mixed dtypes as PyTorch does, and passes
+# `want_grad=True` exactly when an input requires a gradient.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+ops = operators.build()
+ops.element_wise, ops.cross_entropy_kernel
+
+# %% [markdown]
+# ### Checked against float64
+#
+# Loss and gradients of every loss, dtype and reduction against PyTorch's own expression in
+# float64, through `loss.backward(grad_output)` with `grad_output` = 3 (or a random tensor for
+# `reduction="none"`), over the check suite's awkward shapes. The tolerance is $10^{-5}$ for
+# float32 and the precision of the format for bfloat16 and float16:
+
+# %% tags=["gpu"]
+def gradient_check(ops, name, dtype, reduction, rtol):
+    """Worst relative error of the loss and of d/dpred over the check suite's shapes."""
+    worst = 0.0
+    loss_def = kernels.get_loss(name)
+    for _, shape in loss_def.check_shapes:
+        g = torch.Generator(device="cuda").manual_seed(1)
+        pred, target = loss_def.make_inputs(shape, g, "cuda", dtype)
+        pred.requires_grad_()
+        loss = getattr(ops, name)(pred, target, reduction)
+        p64 = pred.detach().double().requires_grad_()
+        want = loss_def.reference_reduced(p64, target.double(), reduction)
+        grad_output = torch.rand(want.shape, device="cuda", dtype=torch.float64) + 0.5 \
+            if reduction == "none" else torch.tensor(3.0, device="cuda", dtype=torch.float64)
+        loss.backward(grad_output.to(dtype))
+        want.backward(grad_output)
+        worst = max(worst, relative_error(loss, want),
+                    relative_error(pred.grad, p64.grad))
+    return worst
+
+
+# %% tags=["gpu"]
+for name in ("mse", "smooth_l1", "hinge"):
+    for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        for reduction in ("mean", "sum", "none"):
+            error = gradient_check(ops, name, dtype, reduction, rtol)
+            print(f"{'PASS' if error <= rtol else 'FAIL'}  {name:<9} {str(dtype)[6:]:<8} "
+                  f"{reduction:<4}  loss and d/dpred within {rtol:.0e} of float64")
+
+# %% [markdown]
+# (`tests/gpu/test_operators.py` goes further: float16, gradients of the target, Hinge's
+# broadcast target whose gradient sums over the rows, non-contiguous `grad_output`, NaN,
+# empty inputs, and arguments that must raise.)
+#
+# ### `opcheck`
+#
+# `torch.library.opcheck` tests the registrations, not the math: the schema is honest (no
+# input is mutated that the schema does not declare, no output aliases an input), an autograd
+# formula is registered, the fake kernel gives the shapes and dtypes the real one gives, and
+# AOTAutograd, the part of `torch.compile` that traces forward and backward, gives the same
+# outputs and gradients as eager mode. For each loss op, with a gradient wanted:
+
+# %% tags=["gpu"]
+for name in ("mse", "smooth_l1", "hinge"):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pred, target = kernels.get_loss(name).make_inputs((257, 1031), g, "cuda")
+    pred.requires_grad_()
+    report = torch.library.opcheck(ops.element_wise.ops[name].default, (pred, target, 1, 1.0, True))
+    print(f"{name:<9}", ", ".join(f"{test}: {outcome}" for test, outcome in report.items()))
+
+# %% [markdown]
+# ## `torch.compile` with no graph break
+#
+# A training step's forward and loss, compiled whole with `fullgraph=True` (an error on any
+# graph break), and explained by `torch._dynamo.explain`. The backward, including ours, is
+# compiled by AOTAutograd when `loss.backward()` runs.
+
+# %% tags=["gpu"]
+torch._dynamo.reset()
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda()
+x, y = torch.randn(4096, 64, device="cuda"), torch.randn(4096, 64, device="cuda")
+
+
+def forward_and_loss(x, y):
+    return ops.smooth_l1(model(x), y) + 0.1 * ops.mse(model(x), y)
+
+
+explanation = torch._dynamo.explain(forward_and_loss)(x, y)
+print(f"graphs: {explanation.graph_count}, graph breaks: {explanation.graph_break_count}")
+compiled = torch.compile(forward_and_loss, fullgraph=True)
+loss = compiled(x, y)
+loss.backward()
+grads = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+forward_and_loss(x, y).backward()
+print("compiled gradients equal eager ones within 1e-5:",
+      all(relative_error(a, b) < 1e-5 for a, b in zip(grads, (p.grad for p in model.parameters()))))
+
+# %% [markdown]
+# The compiled graph calls our op as one node (`explanation.graphs[0]` prints it). The same
+# ops also work inside a CUDA graph, which replays a recorded sequence of kernels with no
+# Python at all: nothing in the forward or the backward waits for the host.
+
+# %% tags=["gpu"]
+pred = torch.randn(1 << 20, device="cuda", requires_grad=True)
+target = torch.randn(1 << 20, device="cuda")
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):  # warm up outside the capture, as CUDA graphs require
+    for _ in range(3):
+        pred.grad = None
+        (ops.mse(pred, target) * 4).backward()
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+pred.grad = None
+with torch.cuda.graph(graph):
+    (ops.mse(pred, target) * 4).backward()
+pred.data.normal_()  # new data in the same memory, then replay the recorded step
+graph.replay()
+expected = 8 * (pred - target).detach().double() / pred.numel()
+print("gradient after replay within 1e-6 of 8 (p - t) / n:",
+      relative_error(pred.grad, expected) < 1e-6)
+
+# %% [markdown]
+# ## Cross-entropy without the host wait
+#
+# Chapter 5's cross-entropy already wrote its gradient during the forward. What it also did,
+# by default, was read a flag back from the GPU after every call, to raise an `IndexError` for
+# an out-of-range target. Reading it makes the host wait for the GPU: measured in chapter 5's
+# `bench/PERFLOG.md`, 34 µs more per forward at 32768 x 4096, and 168 µs more per training step,
+# because the host can no longer queue the next kernels while the GPU works. Chapter 4's lesson
+# was that an op must not wait on the host; the default did.
+#
+# Three ways to report a bad target without waiting, and what each costs:
+#
+# | how | cost per correct call | what the user sees on a bad target | works in CUDA graphs |
+# | --- | --- | --- | --- |
+# | read a flag after the call (chapter 5's old default) | a host wait | `IndexError` naming the row, at once | no |
+# | a flag checked at a later synchronisation (`torch._assert_async`) | two more kernel launches | a device-side assertion | yes |
+# | an assertion in the kernel that reads the target (PyTorch's `nll_loss`) | nothing | a device-side assertion at the next synchronisation | yes |
+#
+# We chose the last, as PyTorch did: the row kernel already compares every target with the
+# number of classes, and on a bad one it now stops with `assert`. Nothing is read out of
+# bounds, no call waits, and a bad target still becomes a Python error, at the next
+# synchronisation. The price is the same as PyTorch's: a device-side assertion leaves the
+# process's CUDA context unusable, so the error is final (a notebook must restart its kernel).
+# That is why we show it in a separate process:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+script = f"""
+import sys, torch
+sys.path.insert(0, {ROOT!r})
+from kernels import operators
+ops = operators.build()
+logits = torch.randn(64, 10, device="cuda")
+target = torch.randint(0, 10, (64,), device="cuda")
+target[17] = 12
+loss = ops.cross_entropy(logits, target)  # returns at once: nothing waits
+print("the call returned")
+try:
+    print(loss.item())
+except RuntimeError as error:
+    print("RuntimeError at the next synchronisation:", str(error).splitlines()[0])
+"""
+run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+for line in (run.stdout + run.stderr).splitlines():
+    if "returned" in line or "RuntimeError" in line or "Assertion" in line:
+        print(line.split("block: ")[-1][:160])
+
+# %% [markdown]
+# While debugging a data pipeline, `check_targets=True` checks the targets on the host before
+# the kernel runs and raises an `IndexError` that names the row: one more read of the targets
+# and a wait for the GPU, so it is off by default.
+
+# %% tags=["gpu"]
+logits = torch.randn(64, 10, device="cuda")
+target = torch.randint(0, 10, (64,), device="cuda")
+target[17] = 12
+try:
+    ops.cross_entropy(logits, target, check_targets=True)
+except IndexError as error:
+    print(f"IndexError: {error}")
+
+# %% [markdown]
+# ## What it costs: forward and backward against PyTorch
+#
+# A training step's loss work, `loss = f(pred, target); loss.backward()`, timed as chapter 1
+# taught (the GPU's time, inputs out of L2), for eager PyTorch, `torch.compile` of the same
+# expression, and our operator; and once more with the loss multiplied by 1024 before the
+# backward, as gradient scaling in mixed precision does. Effective bandwidth counts the bytes a
+# step must move: the inputs read once and the gradient written once (12 bytes per float32
+# element for MSE and Smooth L1; 8 for Hinge, whose target is one row shared by every row).
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import torch._dynamo
+
+setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
+        else "cache_size_limit", 64)
+
+
+def step(loss_fn, scale=None):
+    def run(pred, target):
+        pred.grad = None
+        loss = loss_fn(pred, target)
+        (loss if scale is None else loss * scale).backward()
+    return run
+
+
+def fwd_bwd_bytes(name, shape):
+    n = math.prod(shape)
+    return 4 * (2 * n + (shape[-1] if kernels.get_loss(name).broadcast_target else n))
+
+
+L2 = torch.cuda.get_device_properties(0).L2_cache_size
+measured = []
+for name in ("mse", "smooth_l1", "hinge"):
+    reference = lambda p, t, name=name: kernels.get_loss(name).reference_reduced(p, t)  # noqa: E731
+    compiled_ref = torch.compile(reference, dynamic=False)
+    providers = {"eager": step(reference), "torch.compile": step(compiled_ref),
+                 "ours": step(getattr(ops, name)), "ours, x1024": step(getattr(ops, name), 1024.0)}
+    for n in (1 << 16, 1 << 20, 1 << 24, 1 << 28):
+        shape = bench.element_wise_shape(n, name)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        copies = bench.rotation_count(fwd_bwd_bytes(name, shape), L2, torch.cuda.mem_get_info()[0], limit=16)
+        arg_sets = []
+        for _ in range(copies):
+            p, t = kernels.get_loss(name).make_inputs(shape, g, "cuda")
+            arg_sets.append((p.requires_grad_(), t))
+        for provider, fn in providers.items():
+            ms = bench.time_ms(fn, arg_sets, reps=30)
+            measured.append(bench.Measurement(f"{name}_fwd_bwd", provider, shape,
+                                              fwd_bwd_bytes(name, shape), ms))
+        del arg_sets
+        torch.cuda.empty_cache()
+results.save(results.rows_from(measured, GPU, "ch6", PEAK), "ch6")
+print(f"{len(measured)} measurements saved")
+
+# %% tags=["nbval-ignore-output"]
+rows = results.load("ch6")
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+for ax, name in zip(axes, ("mse", "smooth_l1", "hinge")):
+    kernels.plot_throughput(rows, f"{name}_fwd_bwd", title=f"{name}: forward + backward", ax=ax)
+    ax.set_ylabel("effective GB/s (bytes a step must move / time)")
+fig.tight_layout()
+
+# %% tags=["nbval-ignore-output"]
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "ours", "ours, x1024"], "mse_fwd_bwd")
+         + "\n\n" + results.markdown_table(rows, ["eager", "torch.compile", "ours", "ours, x1024"], "hinge_fwd_bwd"))
+
+# %% [markdown]
+# What the numbers say, read from the rows just saved:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+for name in ("mse", "smooth_l1", "hinge"):
+    largest = max((r for r in results.select(rows, loss=f"{name}_fwd_bwd")), key=lambda r: math.prod(r["shape"]))
+    at = {r["provider"]: r for r in results.select(rows, loss=f"{name}_fwd_bwd", shape=largest["shape"])}
+    print(f"{name:<9} 2^{math.prod(largest['shape']).bit_length() - 1}: ours {at['ours']['ms']:.3f} ms "
+          f"({100 * at['ours']['gbps'] / PEAK:.0f}% of the bandwidth bound), "
+          f"{at['torch.compile']['ms'] / at['ours']['ms']:.2f}x torch.compile, "
+          f"{at['eager']['ms'] / at['ours']['ms']:.1f}x eager; x1024 costs "
+          f"{at['ours, x1024']['ms'] / at['ours']['ms']:.2f}x the plain step")
+
+# %% [markdown]
+# At $2^{28}$ elements our step moves its bytes (12 per element for MSE and Smooth L1, 8 for
+# Hinge) at over 90% of the read bandwidth, and `torch.compile`'s step takes 1.7 times as long
+# or more: its forward reads the inputs, then its backward reads them again to write the
+# gradient.
+# Multiplying the loss by 1024 adds the in-place scaling pass: for MSE and Smooth L1 the step
+# then moves 20 bytes instead of 12 (the measured ratio is close to 20/12 = 1.67); for Hinge
+# it moves 16 instead of 8, twice as many, because Hinge's forward reads only 4 bytes per
+# element and the scaling pass costs as much as the whole forward. At small sizes every
+# provider is a few launches long and the host's autograd work decides.
+#
+# ## bfloat16: half the bytes
+#
+# In bfloat16 every element is 2 bytes: the same loss reads half as many bytes, so at the
+# bandwidth limit it takes half the time. Our kernels convert to float32 in registers and
+# accumulate in float32, so the answer is as accurate as the format allows (the check above);
+# PyTorch's eager loss in bfloat16 runs its element-wise ops in bfloat16 kernels one after
+# another.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+bf16 = []
+for name in ("mse", "smooth_l1", "hinge"):
+    reference = lambda p, t, name=name: kernels.get_loss(name).reference_reduced(p, t)  # noqa: E731
+    providers = {"eager": reference, "torch.compile": torch.compile(reference, dynamic=False),
+                 "ours": getattr(ops, name)}
+    for dtype in (torch.float32, torch.bfloat16):
+        for m in bench.bench_loss(providers, name, bench.element_wise_shape(1 << 28, name), dtype=dtype, reps=30):
+            m.loss = f"{name}_{str(dtype)[6:]}"
+            bf16.append(m)
+results.save(results.rows_from(bf16, GPU, "ch6", PEAK), "ch6_bf16")
+for m in bf16:
+    print(f"{m.loss:<18} {m.provider:<14} {m.ms:7.3f} ms  {m.gbps:5.0f} GB/s")
+
+# %% [markdown]
+# `bench/operator_targets.py` measures the issue's targets for this chapter at $2^{30}$
+# elements in bfloat16 and prints PASS or MISS for each; `book/results/operator_targets.csv`
+# holds its last run.
+#
+# ## A real training run
+#
+# The last test of an operator is to train with it. Four small models, each trained twice from
+# the same initial weights on the same batches: once with PyTorch's loss, once with ours.
+#
+# - a regression MLP with MSE, and the same MLP with Smooth L1 on targets with outliers;
+# - a linear classifier with the hinge loss on labels $\pm 1$;
+# - a character-level language model with cross-entropy, trained on this book's own text (no
+#   download).
+#
+# If our forward or backward were wrong anywhere, the curves would part.
+
+# %% tags=["gpu"]
+def train(model, loss_fn, batches, lr=1e-3):
+    """Adam over the batches; the loss of every step and the mean step time (ms)."""
+    optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = torch.empty(len(batches), device="cuda")
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for i, (x, y) in enumerate(batches):
+        optimiser.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimiser.step()
+        losses[i] = loss.detach()  # on the GPU: nothing waits
+    torch.cuda.synchronize()
+    return losses.cpu(), 1e3 * (time.perf_counter() - started) / len(batches)
+
+
+def make_batches(make, steps, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [make(g) for _ in range(steps)]
+
+
+W_TRUE = torch.randn(16, 1, generator=torch.Generator().manual_seed(3)).cuda()
+W_TRUE /= W_TRUE.norm()  # x @ W_TRUE is N(0, 1): a smooth ridge the MLP can learn
+
+
+def regression(g, outliers=False):
+    x = torch.randn(4096, 16, generator=g, device="cuda")
+    y = torch.sin(2 * x @ W_TRUE) + 0.1 * torch.randn(4096, 1, generator=g, device="cuda")
+    if outliers:  # 2% of the targets are way off: what Smooth L1 is for
+        wild = torch.rand(4096, 1, generator=g, device="cuda") < 0.02
+        y = torch.where(wild, 20 * torch.randn(4096, 1, generator=g, device="cuda"), y)
+    return x, y
+
+
+def classification(g):
+    x = torch.randn(4096, 32, generator=g, device="cuda")
+    y = torch.sign(x[:, :8].sum(1) + 0.5 * torch.randn(4096, generator=g, device="cuda"))
+    return x, y
+
+
+def mlp():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(16, 128), torch.nn.Tanh(), torch.nn.Linear(128, 1)).cuda()
+
+
+class Linear1(torch.nn.Module):
+    """A linear classifier: one score per example, shape (batch,)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.linear = torch.nn.Linear(32, 1)
+
+    def forward(self, x):
+        return self.linear(x).squeeze(1)
+
+
+# %% [markdown]
+# The language model reads 16 characters and predicts the next one: an embedding of each
+# character, a hidden layer over the concatenated context, and one logit per character of the
+# alphabet. Its text is this book: the markdown pages under `book/` and the prose of the
+# chapters.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import glob
+
+text = "\n".join(open(path, encoding="utf-8").read()
+                 for path in sorted(glob.glob(os.path.join(ROOT, "book", "*.md")))
+                 + sorted(glob.glob(os.path.join(ROOT, "chapters", "*.py"))))
+alphabet = sorted(set(text))
+index = {c: i for i, c in enumerate(alphabet)}
+codes = torch.tensor([index[c] for c in text], device="cuda")
+CONTEXT = 16
+print(f"{len(text)} characters of text, an alphabet of {len(alphabet)}")
+
+
+def text_batch(g):
+    starts = torch.randint(0, len(codes) - CONTEXT - 1, (2048,), generator=g, device="cuda")
+    window = starts[:, None] + torch.arange(CONTEXT + 1, device="cuda")
+    chars = codes[window]
+    return chars[:, :-1], chars[:, -1]
+
+
+class CharModel(torch.nn.Module):
+    def __init__(self, vocab):
+        super().__init__()
+        torch.manual_seed(1)
+        self.embed = torch.nn.Embedding(vocab, 32)
+        self.hidden = torch.nn.Linear(CONTEXT * 32, 512)
+        self.out = torch.nn.Linear(512, vocab)
+
+    def forward(self, chars):
+        return self.out(torch.relu(self.hidden(self.embed(chars).flatten(1))))
+
+
+# %% tags=["gpu", "nbval-ignore-output"]
+runs = {
+    "MLP, MSE": (mlp, lambda g: regression(g), F.mse_loss, ops.mse, 3e-3),
+    "MLP, Smooth L1 (outliers)": (mlp, lambda g: regression(g, outliers=True), F.smooth_l1_loss,
+                                  ops.smooth_l1, 3e-3),
+    "linear classifier, hinge": (lambda: Linear1().cuda(), classification,
+                                 lambda s, y: torch.clamp(1 - s * y, min=0).mean(), ops.hinge, 1e-2),
+    "character LM, cross-entropy": (lambda: CharModel(len(alphabet)).cuda(), text_batch, F.cross_entropy,
+                                    ops.cross_entropy, 2e-3),
+}
+curves, rows_out = {}, []
+for label, (make_model, make, theirs, ours, lr) in runs.items():
+    batches = make_batches(make, 1000, seed=7)
+    model = make_model()
+    twin = copy.deepcopy(model)  # the same initial weights for both runs
+    torch_losses, torch_ms = train(model, theirs, batches, lr)
+    our_losses, our_ms = train(twin, ours, batches, lr)
+    curves[label] = (torch_losses, our_losses)
+    first_steps = ((our_losses[:10] - torch_losses[:10]).abs() / torch_losses[:10]).max().item()
+    final_t, final_o = torch_losses[-50:].mean().item(), our_losses[-50:].mean().item()
+    rows_out.append((label, first_steps, final_t, final_o, abs(final_o - final_t) / final_t,
+                     torch_ms, our_ms))
+print(f"{'run':<28} {'steps 1-10':>10} {'final, PyTorch':>15} {'final, ours':>12} {'rel. diff':>9}"
+      f" {'step, PyTorch':>14} {'step, ours':>11}")
+for label, first_steps, final_t, final_o, diff, torch_ms, our_ms in rows_out:
+    print(f"{label:<28} {first_steps:10.1e} {final_t:15.5f} {final_o:12.5f} {diff:9.1e} "
+          f"{torch_ms:11.2f} ms {our_ms:8.2f} ms")
+print("steps 1-10 within 1e-5 of PyTorch's loss in every run:", all(r[1] < 1e-5 for r in rows_out))
+print("final losses within 1e-2 of each other in every run:", all(r[4] < 1e-2 for r in rows_out))
+
+# %% tags=["gpu", "nbval-ignore-output"]
+fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+for ax, (label, (torch_losses, our_losses)) in zip(axes.flat, curves.items()):
+    ax.plot(torch_losses, label="PyTorch's loss", linewidth=2.5, alpha=0.6)
+    ax.plot(our_losses, label="the course's operator", linewidth=1, linestyle="--", color="black")
+    ax.set_yscale("log")
+    ax.set_title(label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+fig.tight_layout()
+
+# %% [markdown]
+# The curves lie on top of each other. From the same weights and the same batches the two runs
+# take the same steps up to the rounding of float32 sums, which differ only in their order:
+# over the first ten steps the two losses agree to the column "steps 1-10" (relative
+# difference), and the final losses (the mean of the last 50 steps) to the column
+# "rel. diff". The regression and hinge runs stay within about $10^{-7}$ to the end. The
+# language model's runs drift apart slowly: a thousand steps of Adam on a model with a
+# softmax amplify differences in the last bits of the gradients, as they would between two
+# runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
+# last line checks.
+#
+# Per step, our runs are a little slower. These models are so small that a step is the host's
+# work (Python, autograd, the optimiser), and our loss costs the host more per call than
+# PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The
+# host's time for the loss alone, forward and backward, on the language model's shape:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+logits = torch.randn(2048, len(alphabet), device="cuda", requires_grad=True)
+labels = torch.randint(0, len(alphabet), (2048,), device="cuda")
+for label, loss_fn in (("F.cross_entropy", F.cross_entropy), ("ops.cross_entropy", ops.cross_entropy)):
+    def loss_step(x, t, loss_fn=loss_fn):
+        x.grad = None
+        loss_fn(x, t).backward()
+    print(f"{label:<18} {1e3 * bench.launch_overhead_ms(loss_step, (logits, labels)):6.1f} µs per "
+          "forward + backward (wall time, waiting for the GPU)")
+
+# %% [markdown]
+# (`bench/host_overhead.py` profiles where that time goes, and `bench/PERFLOG.md` keeps its
+# numbers: about a third of the difference is `torch.library`'s handling of the op's arguments
+# for the autograd formula. A C++ autograd formula would remove it, at the price of heavier
+# headers and slower builds.) On a real
+# model, whose forward keeps the GPU busy for milliseconds, the host's extra microseconds are
+# hidden behind queued GPU work.
+#
+# ## Exercises
+#
+# Solutions are in {doc}`../solutions/ch6_solutions`.
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch6-log-cosh
+#
+# Add a loss operator: log-cosh, $\ell = \log\cosh(p - t)$, a smooth cousin of Smooth L1.
+# `kernels/exercises/ch6_log_cosh.cu` declares it as a functor for
+# `kernels/common/fused_loss.cuh` (shown below), which turns it into the whole operator:
+# forward and backward in one pass, three dtypes, three reductions; `kernels/operators.py`
+# registers its fake kernel and autograd formula when it is built. Write its value and its
+# derivative. The check compares both with $\log\cosh(p - t)$ computed by PyTorch in float64,
+# including differences of several hundred, where $\cosh$ overflows float32.
+# ```
+#
+# ```{admonition} Hint
+# :class: dropdown
+#
+# $\cosh d = \frac{e^{|d|}}{2}(1 + e^{-2|d|})$. Take the logarithm of that product, and use
+# `log1pf` for the small term. The derivative of $\log\cosh d$ is a function you know.
+# ```
+
+# %%
+show_source("common/fused_loss.cuh")
+
+# %%
+show_source("exercises/ch6_log_cosh.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+run_exercise("exercises/ch6_log_cosh.cu", check_log_cosh)
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch6-in-place
+#
+# The backward of `kernels/operators.py` multiplies the saved gradient by `grad_output` in
+# place in eager mode, and out of place when traced by `torch.compile`. Predict what breaks if
+# it always wrote in place, then try it: remove the `type(grad) is not torch.Tensor` branch in
+# `_fused_loss_autograd`, restart the notebook, and run `torch.library.opcheck` on
+# `ops.element_wise.ops["mse"].default` with a prediction that requires grad. Which of its tests
+# fails, and why can a compiled graph not write into a tensor it saved for the backward?
+# ```
+#
+# ```{exercise}
+# :label: ch6-scale-cost
+#
+# From the bytes each step moves, predict the ratio of the time of a forward + backward with
+# the loss multiplied by 1024 to the time with `loss.backward()` alone, for MSE and for Hinge.
+# Compare with the measured table above. Then design a Hinge backward for which the scaled step
+# costs less than twice the plain one. (Hint: what does the backward need to know about each
+# element, and in how many bits?)
+# ```

@@ -1,0 +1,138 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %% tags=["hide-input"]
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 6: solutions
+#
+# The answers to the exercises of {doc}`../chapters/06_operators`. The reference kernel lives
+# in `solutions/kernels/`; the cells below show it, build it, and run the exercise's check.
+
+# %%
+import torch
+
+from kernels.exercises.ch5_checks import run_exercise
+from kernels.exercises.ch6_checks import check_log_cosh
+from kernels.notebook import show_source
+
+SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
+
+# %% [markdown]
+# ```{solution} ch6-log-cosh
+# :class: dropdown
+#
+# With $a = |d|$, $\cosh d = \frac{e^{a}}{2}(1 + e^{-2a})$, so
+#
+# $$ \log\cosh d = a + \log(1 + e^{-2a}) - \log 2 . $$
+#
+# $e^{-2a} \le 1$: nothing overflows, and `log1pf` keeps its digits when the term is tiny
+# (large $|d|$). `logf(coshf(d))` is infinite from $|d| \approx 89$ on, which the check's large
+# differences catch. The derivative is $\tanh d$, between $-1$ and $1$: like Smooth L1, an
+# outlier cannot pull harder than a unit gradient. Nothing else changes: the functor is the
+# whole loss; the header, the binding and `kernels/operators.py` make it an operator.
+# ```
+
+# %%
+show_source(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"))
+
+# %% tags=["gpu"]
+assert run_exercise(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), check_log_cosh)
+
+# %% [markdown]
+# ```{solution} ch6-in-place
+# :class: dropdown
+#
+# `opcheck`'s `test_aot_dispatch_dynamic` fails. AOTAutograd traces the forward and the
+# backward into two *functional* graphs, then partitions them: what the backward needs from
+# the forward becomes an output of the forward graph, saved between the two. An in-place write
+# into a saved tensor inside the backward is a mutation of the backward graph's input, which
+# the partitioner cannot place (the error reads "Node mul was invalid, but is output"). Out of
+# place, the backward is an ordinary `grad * grad_output` that the compiler can even fuse with
+# what follows. Eager mode has no such constraint, and there the in-place write saves a whole
+# gradient-sized allocation.
+#
+# The cell below shows it without a GPU: a CPU op with the same shape of autograd formula, its
+# backward always writing in place.
+# ```
+
+# %%
+import torch.library
+
+if not hasattr(torch.ops.ch6_demo, "square_error"):  # defined once per process
+    demo = torch.library.Library("ch6_demo", "FRAGMENT")
+    demo.define("square_error(Tensor pred, Tensor target) -> (Tensor, Tensor)")
+    # The loss and its gradient for grad_output = 1, as our fused kernels return them.
+    demo.impl("square_error", lambda p, t: (((p - t) ** 2).mean(), (2 * (p - t) / p.numel())), "CPU")
+    torch.library.register_fake("ch6_demo::square_error",
+                                lambda p, t: (p.new_empty(()), p.new_empty(p.shape)))
+
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1])
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(output[1])
+
+    def backward_always_in_place(ctx, grad_loss, _):
+        (grad,) = ctx.saved_tensors
+        grad.mul_(grad_loss)  # what the exercise asks to try
+        return grad, None
+
+    torch.library.register_autograd("ch6_demo::square_error", backward_always_in_place,
+                                    setup_context=setup_context)
+
+pred = torch.randn(8, 4, requires_grad=True)
+target = torch.randn(8, 4)
+import re
+
+try:
+    torch.library.opcheck(torch.ops.ch6_demo.square_error.default, (pred, target))
+    print("opcheck passed")
+except Exception as error:
+    print("opcheck fails:", ", ".join(re.findall(r"(test_\w+) failed", str(error))))
+
+# %% [markdown]
+# ```{solution} ch6-scale-cost
+# :class: dropdown
+#
+# Per float32 element, `loss.backward()` alone moves the forward's bytes: MSE reads $p$ and $t$
+# and writes the gradient (12 bytes); Hinge reads $p$ (its target is one shared row) and writes
+# the gradient (8 bytes). With the loss multiplied by 1024 the backward also reads and writes the
+# gradient once more (8 bytes). Predicted ratios: MSE $20/12 = 1.67$, Hinge $16/8 = 2.0$. The
+# cell below reads the measured ratios from the chapter's results.
+#
+# A cheaper Hinge backward: all it needs to know about an element is whether the hinge was
+# active, $1 - p y \ge 0$, one bit; $y$ comes from the shared row and $1/n$ and `grad_output` are
+# scalars. The forward writes a bit mask ($n/8$ bytes) instead of the gradient, and the backward
+# reads the mask and writes $-y \cdot \text{mask} \cdot \text{grad\_output} / n$. Bytes per
+# element: $4 + \frac18$ for the forward, $\frac18 + 4$ for the backward, $8.25$ whatever
+# `grad_output` is: the scaled step then costs about the same as the plain one (ratio about
+# 1.0, against 2.0), for $\frac14$ byte more when `grad_output` is 1. MSE cannot do this: its
+# gradient $2(p - t)/n$ depends on both inputs, not on one bit.
+# ```
+
+# %% tags=["nbval-ignore-output"]
+import math
+
+from kernels import results
+
+rows = results.load("ch6")
+for name, predicted in (("mse", 20 / 12), ("hinge", 16 / 8)):
+    mine = results.select(rows, loss=f"{name}_fwd_bwd")
+    largest = max({r["shape"] for r in mine}, key=math.prod)
+    at = {r["provider"]: r["ms"] for r in mine if r["shape"] == largest}
+    print(f"{name}: predicted {predicted:.2f}, measured {at['ours, x1024'] / at['ours']:.2f} "
+          f"at {largest}")

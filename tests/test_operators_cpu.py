@@ -1,0 +1,108 @@
+"""Chapter 6's operator machinery without a GPU: the loss registry's reductions and gradients,
+the fake kernels' shapes, the headers a build hashes, the generated registration, and the
+argument checks that answer before any kernel runs."""
+
+import importlib
+
+import pytest
+import torch
+
+from kernels import losses, operators
+
+load_module = importlib.import_module("kernels.load")  # kernels.load is the function
+
+ELEMENT_WISE = ("mse", "smooth_l1", "hinge")
+
+
+@pytest.mark.parametrize("name", ELEMENT_WISE)
+def test_reduced_reference_is_the_course_reference_for_the_mean(name):
+    g = torch.Generator().manual_seed(0)
+    loss = losses.get_loss(name)
+    pred, target = loss.make_inputs((7, 12), g, "cpu", torch.float64)
+    assert torch.allclose(loss.reference_reduced(pred, target), loss.reference(pred, target))
+    each = loss.reference_reduced(pred, target, "none")
+    assert each.shape == pred.shape
+    assert torch.allclose(loss.reference_reduced(pred, target, "sum"), each.sum())
+
+
+def test_reduce_rejects_an_unknown_reduction():
+    with pytest.raises(ValueError, match="reduction must be"):
+        losses.reduce(torch.ones(3), "avg")
+
+
+@pytest.mark.parametrize("name", ELEMENT_WISE)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_target_gradient_of_the_registry_matches_autograd(name, reduction):
+    """What the operators' backward computes for the target, against autograd in float64,
+    including Hinge's broadcast row (the gradient sums over the rows)."""
+    g = torch.Generator().manual_seed(1)
+    loss = losses.get_loss(name)
+    pred, target = loss.make_inputs((9, 16), g, "cpu", torch.float64)
+    pred.requires_grad_()
+    target.requires_grad_()
+    value = loss.reference_reduced(pred, target, reduction)
+    grad_output = torch.rand(value.shape, dtype=torch.float64, generator=g) + 0.5
+    value.backward(grad_output)
+    upstream = grad_output / pred.numel() if reduction == "mean" else grad_output
+    got = loss.target_grad(pred.detach(), target.detach(), pred.grad, upstream)
+    assert torch.allclose(got.sum_to_size(target.shape), target.grad)
+
+
+def test_only_hinge_broadcasts_its_target():
+    assert {n for n in ELEMENT_WISE if losses.get_loss(n).broadcast_target} == {"hinge"}
+    assert losses.get_loss("smooth_l1").param == ("beta", 1.0)
+
+
+@pytest.mark.parametrize("reduction,want_grad", [(0, False), (1, True), (2, False), (0, True)])
+def test_fake_fused_loss_shapes(reduction, want_grad):
+    pred = torch.empty(5, 7, dtype=torch.bfloat16, device="meta")
+    loss, grad = operators._fake_fused_loss(pred, pred, reduction, 1.0, want_grad)
+    assert loss.shape == ((5, 7) if reduction == 0 else ()) and loss.dtype == torch.bfloat16
+    assert grad.shape == ((5, 7) if want_grad else (0,)) and grad.is_contiguous()
+
+
+@pytest.mark.parametrize("save,saved_shape,saved_dtype", [
+    (0, (0,), torch.float32), (1, (6,), torch.float32), (2, (6, 11), torch.float16)])
+@pytest.mark.parametrize("reduction", [0, 1])
+def test_fake_cross_entropy_shapes(save, saved_shape, saved_dtype, reduction):
+    logits = torch.empty(6, 11, dtype=torch.float16, device="meta")
+    target = torch.empty(6, dtype=torch.int64, device="meta")
+    loss, saved, bad = operators._fake_cross_entropy(logits, target, -100, reduction, 0.0, save)
+    assert loss.shape == ((6,) if reduction == 0 else ()) and loss.dtype == torch.float16
+    assert saved.shape == saved_shape and saved.dtype == saved_dtype
+    assert bad.shape == () and bad.dtype == torch.int32
+
+
+def test_a_build_hashes_exactly_the_headers_it_includes():
+    path = load_module.source_path("ch6_operators/fused_losses.cu")
+    sources = load_module.Sources.read(path)
+    assert sorted(h.name for h in sources.headers) == [
+        "binding_utils.h", "cuda_utils.cuh", "fused_loss.cuh", "fused_loss_args.h",
+        "loss_args.h", "losses.cuh", "reduce.cuh"]
+    chapter4 = load_module.Sources.read(load_module.source_path("ch4_two_pass/v5_block_tiles.cu"))
+    assert "fused_loss.cuh" not in {h.name for h in chapter4.headers}
+
+
+def test_fused_loss_registration_gives_the_backward_op_its_schema():
+    code = load_module.registration("lib", [("mse", "FusedLossArgs"),
+                                            ("loss_scale_grad", "FusedLossArgs")])
+    assert 'm.def("mse" FUSED_LOSS_SCHEMA);' in code
+    assert 'm.def("loss_scale_grad" FUSED_LOSS_SCALE_GRAD_SCHEMA);' in code
+    assert "&fused_loss_scale_grad_op<loss_scale_grad_launch>" in code
+
+
+class _NoKernel:
+    ops = {}
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda ops: ops.mse(torch.ones(3), torch.ones(3), reduction="avg"), ValueError,
+     "reduction must be"),
+    (lambda ops: ops.mse(torch.ones(3), torch.ones(3)), RuntimeError, "CUDA tensors"),
+    (lambda ops: ops.smooth_l1(torch.ones(3), torch.ones(3), beta=-0.5), ValueError,
+     "beta must be >= 0"),
+    (lambda ops: ops.mse([1.0], torch.ones(1)), TypeError, "must be tensors"),
+])
+def test_loss_ops_check_arguments_before_any_kernel(call, error, match):
+    with pytest.raises(error, match=match):
+        call(operators.LossOps(_NoKernel()))
