@@ -21,6 +21,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
+from kernels.book import toc_notebooks
+
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -33,13 +35,6 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-
-
-def toc_notebooks():
-    """Notebook pages of the book (their _toc.yml path, no extension)."""
-    from test_config import toc_files
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [f for f in toc_files(toc) if (ROOT / f"{f}.ipynb").is_file()]
 
 
 @pytest.fixture(scope="module")

@@ -5,27 +5,13 @@ from pathlib import Path
 
 import yaml
 
+from kernels.book import toc_files
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_yaml(name):
     return yaml.safe_load((ROOT / name).read_text())
-
-
-def toc_files(toc):
-    """Every `file:` entry of a jb-book _toc.yml, the root first."""
-    files = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return files
 
 
 def test_config_parses_and_names_the_repository():

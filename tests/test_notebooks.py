@@ -27,16 +27,13 @@ import nbformat
 import pytest
 import yaml
 
+from kernels.book import notebooks as all_notebooks
+from kernels.book import toc_files
 from kernels.notebook import SETUP_CELL
 
 ROOT = Path(__file__).resolve().parents[1]
-DIRS = ("chapters", "solutions")
 REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 RERUN = "re-execute on a GPU: tools/gpu_run.sh"
-
-
-def all_notebooks():
-    return sorted(p for d in DIRS for p in (ROOT / d).glob("*.ipynb"))
 
 
 def read(path):
@@ -93,8 +90,7 @@ TIMES = re.compile(r"\bbench\.(?!" + CPU_BENCH + r")\w+|(?<![\w])" + TIMING)
 # --- every notebook of the book has code -----------------------------------------------------
 
 def test_every_chapter_and_solution_of_the_toc_has_code_cells():
-    toc = (ROOT / "_toc.yml").read_text()
-    files = re.findall(r"file:\s*((?:chapters|solutions)/\S+)", toc)
+    files = [f for f in toc_files() if f.startswith(("chapters/", "solutions/"))]
     assert files, "_toc.yml lists no chapter or solution"
     empty = []
     for file in files:
@@ -282,3 +278,10 @@ def test_rule_load_literal():
     assert re.search(SHOW_LITERAL.format(re.escape("ch3/v1.cu")), "show_source('ch3/v1.cu', start='x')")
     assert TIMES.search("ms = kernels.bench.time_ms(f, args)")
     assert not TIMES.search("n = kernels.bench.SIZES[0]")
+
+
+def test_listings_show_the_files_as_they_are():
+    """A cell that only shows a file must show its current text (tools/refresh_listings.py)."""
+    proc = subprocess.run([sys.executable, "tools/refresh_listings.py", "--check"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

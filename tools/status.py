@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernels.book import notebooks  # noqa: E402
+
 STATUS = ROOT / "book" / "status.md"
-NOTEBOOK_DIRS = ("chapters", "solutions")
 
 HEADER = """# Status of the published outputs
 
@@ -24,10 +27,6 @@ in each executed notebook: the machine that ran it, and a hash of the kernel sou
 (`tests/test_notebooks.py` fails when a notebook's stored outputs are older than its kernels).
 
 """
-
-
-def notebooks() -> list[Path]:
-    return sorted(p for d in NOTEBOOK_DIRS for p in (ROOT / d).glob("*.ipynb"))
 
 
 def sources_digest(sources: dict) -> str:
