@@ -1,12 +1,13 @@
-# make book : install into .venv and build the book into _build/html
-# make test : install into .venv and run pytest (pytest.ini decides what runs)
+# make book : install what the book build needs into .venv (no PyTorch) and build _build/html
+# make test : install everything into .venv and run pytest (pytest.ini decides what runs)
 .PHONY: book test install clean
 
-VENV   := .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+VENV       := .venv
+PY         := $(VENV)/bin/python
+STAMP      := $(VENV)/.installed
+BOOK_STAMP := $(VENV)/.book-installed
 
-book: $(STAMP)
+book: $(BOOK_STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
 test: $(STAMP)
@@ -15,10 +16,16 @@ test: $(STAMP)
 install: $(STAMP)
 
 # Reinstall only when the requirements change.
-$(STAMP): requirements.txt .ci/constraints.txt
+$(STAMP): requirements.txt requirements-book.txt .ci/constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -c .ci/constraints.txt
+	touch $@ $(BOOK_STAMP)
+
+$(BOOK_STAMP): requirements-book.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-book.txt
 	touch $@
 
 clean:

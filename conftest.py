@@ -12,6 +12,7 @@ The rule, for tests and notebooks alike:
 torch is imported only if something asks whether a GPU is there.
 """
 
+import collections
 import functools
 
 import pytest
@@ -49,3 +50,17 @@ def pytest_collection_modifyitems(config, items):
         elif item.get_closest_marker("gpu") is not None:
             if not has_gpu():
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (none found)"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say why tests were skipped, one line per reason with its count (a machine without a GPU
+    skips hundreds, one without Chromium the browser tests: both should be visible at a glance)."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("why tests were skipped")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:5d}  {reason}")

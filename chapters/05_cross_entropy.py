@@ -18,7 +18,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # %% [markdown]
-# # Chapter 5: Fused log-sum-exp cross-entropy
+# # Chapter 5: fused log-sum-exp cross-entropy
 #
 # The last loss of the course is the one every language model trains with:
 # `F.cross_entropy(logits, target)`, where `logits` is a `rows x classes` matrix and `target`

@@ -18,7 +18,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # %% [markdown]
-# # Chapter 6: From kernel to PyTorch operator
+# # Chapter 6: from kernel to PyTorch operator
 #
 # Chapters 4 and 5 ended with kernels that read their inputs at the speed of the GPU's memory.
 # A learner cannot train with them yet. A loss in a training loop is called inside

@@ -20,10 +20,19 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)'''
 
 
-def show_source(source, start: str | None = None, end: str | None = None):
+# Listings longer than this are folded: the file's name and length show, the code opens on a
+# click. The lines the prose discusses are shown whole with start/end, next to the prose.
+FOLD_LINES = 60
+
+
+def show_source(source, start: str | None = None, end: str | None = None,
+                fold: bool | None = None):
     """Display a kernel file (or the lines from the one containing ``start`` to ``end``), highlighted.
 
-    Notebooks never keep a copy of a kernel: they show the file they are about to build.
+    Notebooks never keep a copy of a kernel: they show the file they are about to build. A
+    listing is folded (an HTML <details>, which Jupyter, Colab and the book all render) when
+    ``fold`` is True, or by default when it has more than FOLD_LINES lines; the solutions fold
+    every answer, so that reading the exercise does not show it.
     """
     from IPython.display import Markdown
 
@@ -36,4 +45,9 @@ def show_source(source, start: str | None = None, end: str | None = None):
         lines = lines[first:last + 1]
     shown = path.relative_to(KERNELS_DIR.parent).as_posix()
     language = {".cu": "cuda", ".cuh": "cuda", ".py": "python"}.get(path.suffix, "cpp")
-    return Markdown(f"`{shown}`\n\n```{language}\n" + "\n".join(lines) + "\n```")
+    code = f"```{language}\n" + "\n".join(lines) + "\n```"
+    if not (fold or (fold is None and len(lines) > FOLD_LINES)):
+        return Markdown(f"`{shown}`\n\n{code}")
+    what = "lines" if start is None else "lines shown"
+    return Markdown(f'<details class="listing"><summary>{shown} ({len(lines)} {what}: click to '
+                    f"open)</summary>\n\n{code}\n\n</details>")

@@ -18,7 +18,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # %% [markdown]
-# # Solutions to chapter 1
+# # Solutions: chapter 1
 #
 # The answers to the exercises of {doc}`chapter 1 <../chapters/01_naive_pytorch>`. They are
 # computed from the chapter's measurements, `book/results/ch1.csv`, and checked with the same

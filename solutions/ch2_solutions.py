@@ -43,7 +43,7 @@ from kernels.notebook import show_source
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu")
+show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu")
@@ -75,7 +75,7 @@ for m in bench.bench_loss({"chapter 2 v1": v1.mse, "warp-aggregated": solution.m
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch2_race.cu")
+show_source(f"{ROOT}/solutions/kernels/ch2_race.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch2_race.cu")

@@ -43,7 +43,7 @@ from kernels.notebook import show_source
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu")
+show_source(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu")
@@ -65,7 +65,7 @@ check(solution.smooth_l1, "smooth_l1")
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch3_broken_reduction.cu")
+show_source(f"{ROOT}/solutions/kernels/ch3_broken_reduction.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch3_broken_reduction.cu")
@@ -83,7 +83,7 @@ check(solution.mse, "mse")
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch3_hinge_broadcast.cu")
+show_source(f"{ROOT}/solutions/kernels/ch3_hinge_broadcast.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch3_hinge_broadcast.cu")

@@ -44,7 +44,7 @@ from kernels.notebook import show_source
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu")
+show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu", fold=True)
 
 # %% tags=["gpu"]
 STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
@@ -69,7 +69,7 @@ check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
 # ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch4_last_block.cu")
+show_source(f"{ROOT}/solutions/kernels/ch4_last_block.cu", fold=True)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch4_last_block.cu")

@@ -18,7 +18,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # %% [markdown]
-# # Chapter 5: solutions
+# # Solutions: chapter 5
 #
 # The answers to the exercises of {doc}`../chapters/05_cross_entropy`. Each reference kernel
 # lives in `solutions/kernels/`; the cells below show it, build it, and run the same check as
@@ -43,7 +43,7 @@ SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 # ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"))
+show_source(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), fold=True)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), check_ignore_index)
@@ -68,7 +68,7 @@ assert run_exercise(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), check_ignore
 # ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"))
+show_source(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), fold=True)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_online_softmax)
@@ -89,7 +89,7 @@ assert run_exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_onli
 # ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"))
+show_source(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), fold=True)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), check_label_smoothing)

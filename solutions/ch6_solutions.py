@@ -18,7 +18,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # %% [markdown]
-# # Chapter 6: solutions
+# # Solutions: chapter 6
 #
 # The answers to the exercises of {doc}`../chapters/06_operators`. The reference kernel lives
 # in `solutions/kernels/`; the cells below show it, build it, and run the exercise's check.
@@ -48,7 +48,7 @@ SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 # ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"))
+show_source(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), fold=True)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), check_log_cosh)

@@ -43,9 +43,22 @@ def test_bibliography_file_exists():
         assert (ROOT / bib).is_file(), bib
 
 
-def requirement_lines():
-    lines = (ROOT / "requirements.txt").read_text().splitlines()
-    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+def requirement_lines(name="requirements.txt"):
+    """The requirements of a file, with those of the files it includes (-r)."""
+    found = []
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            found += requirement_lines(line[3:].strip())
+        elif line:
+            found.append(line)
+    return found
+
+
+def test_the_book_needs_no_pytorch():
+    # `make book` installs requirements-book.txt alone: a build that executes nothing.
+    assert not [r for r in requirement_lines("requirements-book.txt") if r.startswith("torch")]
+    assert "-r requirements-book.txt" in (ROOT / "requirements.txt").read_text()
 
 
 def test_jupyter_book_is_pinned_exactly():

@@ -342,10 +342,23 @@ def test_setup_cell_has_the_repository():
 
 def test_show_source_shows_the_whole_file():
     text = (ROOT / "kernels" / CU_FILE).read_text()
-    data = notebook.show_source(CU_FILE).data
+    data = notebook.show_source(CU_FILE, fold=False).data
     assert data.startswith(f"`kernels/{CU_FILE}`\n\n```cuda\n")
     assert data.endswith("\n```")
     assert text.rstrip("\n") in data
+
+
+def test_show_source_folds_long_listings_and_answers():
+    lines = (ROOT / "kernels" / CU_FILE).read_text().splitlines()
+    assert len(lines) > notebook.FOLD_LINES
+    data = notebook.show_source(CU_FILE).data
+    assert data.startswith(f'<details class="listing"><summary>kernels/{CU_FILE} '
+                           f"({len(lines)} lines: click to open)</summary>\n\n```cuda\n")
+    assert data.endswith("\n```\n\n</details>") and "\n".join(lines) in data
+    short = notebook.show_source(HEADER_FILE, start="struct ReductionArgs", end="};")
+    assert not short.data.startswith("<details")
+    folded = notebook.show_source(HEADER_FILE, start="struct ReductionArgs", end="};", fold=True)
+    assert folded.data.startswith('<details class="listing"><summary>') and "lines shown" in folded.data
 
 
 def test_show_source_slices_from_start_to_end():
@@ -361,7 +374,7 @@ def test_show_source_slices_from_start_to_end():
 def test_show_source_start_without_end_runs_to_the_end_of_file():
     lines = (ROOT / "kernels" / CU_FILE).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if "#include" in line)
-    data = notebook.show_source(CU_FILE, start="#include").data
+    data = notebook.show_source(CU_FILE, start="#include", fold=False).data
     assert data.endswith("\n".join(lines[first:]) + "\n```")
     assert lines[0] not in data
 

@@ -53,11 +53,14 @@ def refresh(path: Path) -> int:
 
     notebook = nbformat.read(path, as_version=4)
     changed = 0
-    for cell in notebook.cells:
-        if cell.cell_type != "code" or not is_listing(cell.source):
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
+    for number, cell in enumerate(code_cells, 1):
+        if not is_listing(cell.source):
             continue
-        count = cell.get("execution_count")
-        fresh = nbformat.from_dict(listing_output(cell.source.strip(), count))
+        # A cell whose source was edited lost its count (tools/sync_notebooks.py); a cell with
+        # outputs needs one ("unrun reference cell" to nbval): its place among the code cells.
+        cell.execution_count = cell.get("execution_count") or number
+        fresh = nbformat.from_dict(listing_output(cell.source.strip(), cell.execution_count))
         if cell.outputs != [fresh]:
             cell.outputs = [fresh]
             changed += 1
@@ -80,7 +83,7 @@ def main() -> int:
                 if cell.cell_type == "code" and is_listing(cell.source):
                     fresh = nbformat.from_dict(listing_output(cell.source.strip(),
                                                               cell.get("execution_count")))
-                    if cell.outputs != [fresh]:
+                    if cell.get("execution_count") is None or cell.outputs != [fresh]:
                         stale.append(f"{path.relative_to(ROOT)}: {cell.source.strip()[:70]}")
         elif refresh(path):
             print(f"{path.relative_to(ROOT)}: listings refreshed")

@@ -35,18 +35,22 @@ def sources_digest(sources: dict) -> str:
 
 
 def render() -> str:
-    lines = ["| notebook | GPU | driver | torch | CUDA | nvcc | date | kernel sources |",
-             "|---|---|---|---|---|---|---|---|"]
+    """Two tables: each machine (GPU and software) once, then each notebook with its machine."""
+    machines, rows = {}, []
     for path in notebooks():
         course = json.loads(path.read_text()).get("metadata", {}).get("course", {})
         env = course.get("environment")
         name = path.relative_to(ROOT).as_posix()
         if not env:
-            lines.append(f"| `{name}` | not executed on a GPU yet | | | | | | |")
+            rows.append(f"| `{name}` | not executed on a GPU yet | | |")
             continue
-        lines.append(f"| `{name}` | {env['gpu']} | {env['driver']} | {env['torch']} | "
-                     f"{env['cuda']} | {env['nvcc']} | {env['date']} | "
-                     f"`{sources_digest(course.get('sources', {}))}` |")
+        key = tuple(env[k] for k in ("gpu", "driver", "torch", "cuda", "nvcc"))
+        label = machines.setdefault(key, chr(ord("A") + len(machines)))
+        rows.append(f"| `{name}` | {label} | {env['date']} | "
+                    f"`{sources_digest(course.get('sources', {}))}` |")
+    lines = ["| machine | GPU | driver | torch | CUDA | nvcc |", "|---|---|---|---|---|---|"]
+    lines += [f"| {label} | {' | '.join(key)} |" for key, label in machines.items()]
+    lines += ["", "| notebook | machine | date | kernel sources |", "|---|---|---|---|", *rows]
     return HEADER + "\n".join(lines) + "\n"
 
 
