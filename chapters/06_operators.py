@@ -130,6 +130,7 @@ except Exception as error:
 # | MSE | $d^2$ | $2d$ |
 # | Smooth L1 ($\beta$) | $\frac{d^2}{2\beta}$ if $\lvert d\rvert < \beta$, else $\lvert d\rvert - \frac{\beta}{2}$ | $d / \beta$ if $\lvert d\rvert < \beta$, else $\operatorname{sign}(d)$ |
 # | Hinge | $\max(0, 1 - p y)$ | $-y$ if $1 - p y \ge 0$, else $0$ |
+# | BCE with logits ($w$) | $(1 - y)\,x + l\,\operatorname{softplus}(-x)$, $l = 1 + (w - 1)y$ | $(1 - y) - l\,\sigma(-x)$ |
 #
 # and for the target they are $-\partial\ell/\partial p$ for MSE and Smooth L1, and $-p$ where
 # the hinge is active. With `reduction="mean"` every derivative is divided by $n$, and the
@@ -139,8 +140,11 @@ except Exception as error:
 # $1 - py = 0$ is $-y$; Smooth L1 with $\beta = 0$ is the L1 loss, whose derivative at $d = 0$
 # is 0.
 #
-# Each loss is declared once, as a functor with its value and its derivative. Chapters 3 and 4
-# used only the value:
+# (The last row is the proof that adding a loss is cheap: binary cross-entropy with logits,
+# PyTorch's `F.binary_cross_entropy_with_logits` with a scalar `pos_weight` $w$, came in as one
+# functor, one entry of `kernels/losses.py` and one three-line launcher; `CONTRIBUTING.md` says
+# how.) Each loss is declared once, as a functor with its value and its derivative. Chapters 3
+# and 4 used only the value:
 
 # %%
 show_source("common/losses.cuh")
@@ -258,11 +262,11 @@ def gradient_check(ops, name, dtype, reduction, rtol):
 
 
 # %% tags=["gpu"]
-for name in ("mse", "smooth_l1", "hinge"):
+for name in ("mse", "smooth_l1", "hinge", "bce_with_logits"):
     for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
         for reduction in ("mean", "sum", "none"):
             error = gradient_check(ops, name, dtype, reduction, rtol)
-            print(f"{'PASS' if error <= rtol else 'FAIL'}  {name:<9} {str(dtype)[6:]:<8} "
+            print(f"{'PASS' if error <= rtol else 'FAIL'}  {name:<15} {str(dtype)[6:]:<8} "
                   f"{reduction:<4}  loss and d/dpred within {rtol:.0e} of float64")
 
 # %% [markdown]
@@ -279,12 +283,12 @@ for name in ("mse", "smooth_l1", "hinge"):
 # outputs and gradients as eager mode. For each loss op, with a gradient wanted:
 
 # %% tags=["gpu"]
-for name in ("mse", "smooth_l1", "hinge"):
+for name in ("mse", "smooth_l1", "hinge", "bce_with_logits"):
     g = torch.Generator(device="cuda").manual_seed(0)
     pred, target = kernels.get_loss(name).make_inputs((257, 1031), g, "cuda")
     pred.requires_grad_()
     report = torch.library.opcheck(ops.element_wise.ops[name].default, (pred, target, 1, 1.0, True))
-    print(f"{name:<9}", ", ".join(f"{test}: {outcome}" for test, outcome in report.items()))
+    print(f"{name:<15}", ", ".join(f"{test}: {outcome}" for test, outcome in report.items()))
 
 # %% [markdown]
 # ## `torch.compile` with no graph break

@@ -53,6 +53,20 @@ def hinge_each(pred, target):
     return torch.clamp(1 - pred * target, min=0)
 
 
+def bce_with_logits(logits, target):
+    import torch.nn.functional as F
+
+    return F.binary_cross_entropy_with_logits(logits, target)
+
+
+def bce_with_logits_each(logits, target, pos_weight=1.0):
+    import torch
+    import torch.nn.functional as F
+
+    weight = torch.tensor(pos_weight, dtype=logits.dtype, device=logits.device)
+    return F.binary_cross_entropy_with_logits(logits, target, reduction="none", pos_weight=weight)
+
+
 def reduce(values, reduction: str):
     """PyTorch's ``reduction`` argument: "mean", "sum" or "none"."""
     if reduction == "mean":
@@ -66,7 +80,8 @@ def reduce(values, reduction: str):
 
 # d loss / d target, element by element, given d loss / d pred (grad_pred) and what multiplies
 # each element's own derivative (upstream: grad_output, divided by n for the mean).
-def _minus_grad(pred, target, grad_pred, upstream):
+# The loss's parameter, if any, comes as a keyword (beta=..., pos_weight=...).
+def _minus_grad(pred, target, grad_pred, upstream, **param):
     """A loss of (pred - target): minus the prediction's gradient."""
     return -grad_pred
 
@@ -76,6 +91,22 @@ def _hinge_target_grad(pred, target, grad_pred, upstream):
     import torch
 
     return torch.where(1 - pred * target >= 0, -pred, 0) * upstream
+
+
+def _bce_target_grad(logits, target, grad_pred, upstream, pos_weight=1.0):
+    """(1 - y) x + (1 + (w - 1) y) softplus(-x): d/dy = -x + (w - 1) softplus(-x)."""
+    import torch.nn.functional as F
+
+    return (-logits + (pos_weight - 1) * F.softplus(-logits)) * upstream
+
+
+def _bce_inputs(shape, generator, device="cuda", dtype=None):
+    """Logits around 0 (a few units) and targets that are probabilities in [0, 1]."""
+    import torch
+
+    dtype = dtype or torch.float32
+    logits = 3 * torch.randn(shape, generator=generator, device=device, dtype=dtype)
+    return logits, torch.rand(shape, generator=generator, device=device, dtype=dtype)
 
 
 def _element_wise_inputs(shape, generator, device="cuda", dtype=None):
@@ -128,10 +159,8 @@ class Loss:
     def min_bytes(self, shape, element_size=4) -> int:
         """The fewest bytes this loss must read from memory: each input once, nothing else."""
         n = math.prod(shape)
-        if self.name in ("mse", "smooth_l1"):
-            return 2 * n * element_size
-        if self.name == "hinge":
-            return (n + shape[-1]) * element_size
+        if self.each is not None:  # element-wise: the prediction, and the target or its row
+            return (n + (shape[-1] if self.broadcast_target else n)) * element_size
         if self.name == "cross_entropy":
             return n * element_size + shape[0] * 8  # logits + int64 targets
         raise ValueError(self.name)
@@ -167,6 +196,9 @@ LOSSES = {
         ("rows not a multiple of 4", (700, 1_001)),
         ("large", (2_049, 2_048)),
     ), each=hinge_each, broadcast_target=True, target_grad=_hinge_target_grad),
+    "bce_with_logits": Loss("bce_with_logits", bce_with_logits, _bce_inputs, _ELEMENT_WISE_SHAPES,
+                            each=bce_with_logits_each, param=("pos_weight", 1.0),
+                            target_grad=_bce_target_grad),
     "cross_entropy": Loss("cross_entropy", cross_entropy, _cross_entropy_inputs, (
         ("1 row, 1 class", (1, 1)),
         ("few classes", (33, 10)),
@@ -175,6 +207,10 @@ LOSSES = {
         ("long rows", (7, 131_075)),
     )),
 }
+
+
+# The losses that are one value per element (chapter 6's operators, tests and benchmarks).
+ELEMENT_WISE = tuple(name for name, loss in LOSSES.items() if loss.each is not None)
 
 
 def get_loss(name: str) -> Loss:

@@ -131,7 +131,9 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
             loss = get_loss(loss_name)
             if loss.target_grad is None:
                 raise NotImplementedError(f"{loss_name}: no gradient for the target in kernels/losses.py")
-            grad_target = loss.target_grad(pred, target, grad, upstream).sum_to_size(ctx.target_shape)
+            param = {loss.param[0]: ctx.param} if loss.param else {}
+            grad_target = loss.target_grad(pred, target, grad, upstream, **param).sum_to_size(
+                ctx.target_shape)
         return (grad if ctx.needs_input_grad[0] else None), grad_target, None, None, None
 
     return setup_context, backward
@@ -250,6 +252,15 @@ class LossOps:
         """``torch.clamp(1 - pred * target, min=0)``, reduced; target: pred's shape or its last
         dimension (KernelBench's (N, D) predictions with (D,) labels)."""
         return self.loss("hinge", pred, target, reduction)
+
+    def bce_with_logits(self, input, target, reduction: str = "mean", pos_weight=None):
+        """``F.binary_cross_entropy_with_logits(input, target, reduction=reduction,
+        pos_weight=pos_weight)`` for a scalar ``pos_weight`` (a number, or None for 1)."""
+        if pos_weight is not None and not isinstance(pos_weight, (int, float)):
+            raise TypeError("bce_with_logits: pos_weight must be a Python number here (a tensor "
+                            "of one weight per class is not supported by this kernel)")
+        return self.loss("bce_with_logits", input, target, reduction,
+                         1.0 if pos_weight is None else pos_weight)
 
     def loss(self, name: str, pred, target, reduction: str = "mean", param: float = 0.0):
         """The element-wise loss ``name`` (an op of the kernel file) with PyTorch's arguments."""

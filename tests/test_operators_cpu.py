@@ -11,7 +11,7 @@ from kernels import losses, operators
 
 load_module = importlib.import_module("kernels.load")  # kernels.load is the function
 
-ELEMENT_WISE = ("mse", "smooth_l1", "hinge")
+ELEMENT_WISE = losses.ELEMENT_WISE
 
 
 @pytest.mark.parametrize("name", ELEMENT_WISE)
@@ -40,17 +40,23 @@ def test_target_gradient_of_the_registry_matches_autograd(name, reduction):
     pred, target = loss.make_inputs((9, 16), g, "cpu", torch.float64)
     pred.requires_grad_()
     target.requires_grad_()
-    value = loss.reference_reduced(pred, target, reduction)
+    param = {loss.param[0]: 2.5} if loss.param else {}
+    value = loss.reference_reduced(pred, target, reduction, **param)
     grad_output = torch.rand(value.shape, dtype=torch.float64, generator=g) + 0.5
     value.backward(grad_output)
     upstream = grad_output / pred.numel() if reduction == "mean" else grad_output
-    got = loss.target_grad(pred.detach(), target.detach(), pred.grad, upstream)
+    got = loss.target_grad(pred.detach(), target.detach(), pred.grad, upstream, **param)
     assert torch.allclose(got.sum_to_size(target.shape), target.grad)
+
+
+def test_the_element_wise_losses_are_the_registry_s():
+    assert ELEMENT_WISE == ("mse", "smooth_l1", "hinge", "bce_with_logits")
 
 
 def test_only_hinge_broadcasts_its_target():
     assert {n for n in ELEMENT_WISE if losses.get_loss(n).broadcast_target} == {"hinge"}
     assert losses.get_loss("smooth_l1").param == ("beta", 1.0)
+    assert losses.get_loss("bce_with_logits").param == ("pos_weight", 1.0)
 
 
 @pytest.mark.parametrize("reduction,want_grad", [(0, False), (1, True), (2, False), (0, True)])

@@ -14,7 +14,10 @@ extern "C" cudaError_t smooth_l1_launch(const FusedLossArgs* a, cudaStream_t s) 
 extern "C" cudaError_t hinge_launch(const FusedLossArgs* a, cudaStream_t s) {
     return launch_fused<HingeLoss>(a, s);
 }
-// The backward shared by the three: grad *= grad_output on the GPU, nothing when it is 1.
+extern "C" cudaError_t bce_with_logits_launch(const FusedLossArgs* a, cudaStream_t s) {
+    return launch_fused<BceWithLogitsLoss>(a, s);
+}
+// The backward shared by all: grad *= grad_output on the GPU, nothing when it is 1.
 extern "C" cudaError_t loss_scale_grad_launch(const FusedLossArgs* a, cudaStream_t s) {
     return launch_scale_grad(a, s);
 }

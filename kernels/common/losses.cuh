@@ -42,3 +42,19 @@ struct HingeLoss {  // torch.clamp(1 - p * y, min=0), y in {-1, +1}
         return 1.0f - p * y >= 0.0f ? -y : 0.0f;
     }
 };
+
+// F.binary_cross_entropy_with_logits(x, y, pos_weight=w) with a scalar w: with l = 1 + (w - 1) y,
+// (1 - y) x + l softplus(-x), softplus(-x) = log1p(e^-|x|) + max(-x, 0) (no overflow for any x).
+struct BceWithLogitsLoss {
+    static constexpr bool kBroadcastTarget = false;
+    float pos_weight = 1.0f;
+    __device__ __forceinline__ float operator()(float x, float y) const {
+        const float l = 1.0f + (pos_weight - 1.0f) * y;
+        return (1.0f - y) * x + l * (log1pf(expf(-fabsf(x))) + fmaxf(-x, 0.0f));
+    }
+    // (1 - y) - l sigmoid(-x), with sigmoid(-x) = 1 / (1 + e^x): 0 when e^x overflows.
+    __device__ __forceinline__ float grad(float x, float y) const {
+        const float l = 1.0f + (pos_weight - 1.0f) * y;
+        return (1.0f - y) - l / (1.0f + expf(x));
+    }
+};

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.gpu
 from kernels.check import relative_error  # noqa: E402
 from kernels.losses import get_loss  # noqa: E402
 
-ELEMENT_WISE = ("mse", "smooth_l1", "hinge")
+from kernels.losses import ELEMENT_WISE  # noqa: E402  (every loss of the registry)
+
+PARAM = {"smooth_l1": 0.5, "bce_with_logits": 2.5}  # beta, pos_weight: not the defaults
 REDUCTIONS = ("mean", "sum", "none")
 # (dtype, rtol of the loss, rtol of the gradient): bf16 keeps 8 bits of mantissa, fp16 11.
 DTYPES = ((torch.float32, 1e-5, 1e-5), (torch.bfloat16, 1e-2, 2e-2), (torch.float16, 2e-3, 4e-3))
@@ -38,18 +40,21 @@ def inputs(name, shape, dtype=torch.float32, seed=0, grad=("pred",)):
     return pred.requires_grad_("pred" in grad), target.requires_grad_("target" in grad)
 
 
-def call(ops, name, pred, target, reduction, beta=0.5):
-    if name == "smooth_l1":
-        return ops.smooth_l1(pred, target, reduction, beta=beta)
-    return getattr(ops, name)(pred, target, reduction)
+def param_of(name):
+    """The loss's parameter as PyTorch names it, set to the value the tests use."""
+    loss = get_loss(name)
+    return {loss.param[0]: PARAM.get(name, loss.param[1])} if loss.param else {}
 
 
-def reference(name, pred, target, reduction, beta=0.5):
+def call(ops, name, pred, target, reduction):
+    return getattr(ops, name)(pred, target, reduction, **param_of(name))
+
+
+def reference(name, pred, target, reduction):
     """The loss and its gradients in float64, by autograd on PyTorch's own expression."""
     p = pred.detach().double().requires_grad_(pred.requires_grad)
     t = target.detach().double().requires_grad_(target.requires_grad)
-    param = {"beta": beta} if name == "smooth_l1" else {}
-    return get_loss(name).reference_reduced(p, t, reduction, **param), p, t
+    return get_loss(name).reference_reduced(p, t, reduction, **param_of(name)), p, t
 
 
 def assert_close(got, expected, rtol, what):
@@ -61,12 +66,11 @@ def assert_close(got, expected, rtol, what):
 
 # --- values and gradients --------------------------------------------------------------------
 
-def pytorch_in(dtype, name, pred, target, reduction, g, beta=0.5):
+def pytorch_in(dtype, name, pred, target, reduction, g):
     """PyTorch's own loss and gradients computed in ``dtype`` (what its users get)."""
     p = pred.detach().clone().requires_grad_(pred.requires_grad)
     t = target.detach().clone().requires_grad_(target.requires_grad)
-    param = {"beta": beta} if name == "smooth_l1" else {}
-    loss = get_loss(name).reference_reduced(p, t, reduction, **param)
+    loss = get_loss(name).reference_reduced(p, t, reduction, **param_of(name))
     loss.backward(g.to(dtype))
     return loss, p.grad, t.grad
 
@@ -133,6 +137,30 @@ def test_hinge_broadcast_target_gradient(ops):
     want.backward()
     assert_close(pred.grad, p.grad, 1e-5, "d/dpred")
     assert_close(target.grad, t.grad, 1e-5, "d/dtarget (summed over rows)")
+
+
+@pytest.mark.parametrize("pos_weight", [None, 0.25, 3.0])
+def test_bce_with_logits_pos_weight_and_extreme_logits(ops, pos_weight):
+    """Logits of +-100 (e^x overflows float32 beyond 88) and PyTorch's default pos_weight."""
+    pred, target = inputs("bce_with_logits", (100_003,), grad=("pred", "target"))
+    pred.data[:8] = torch.tensor([100.0, -100.0, 88.7, -88.7, 0.0, 20.0, -20.0, 1e-3])
+    kwargs = {} if pos_weight is None else {"pos_weight": pos_weight}
+    loss = ops.bce_with_logits(pred, target, **kwargs)
+    p, t = pred.detach().double().requires_grad_(), target.detach().double().requires_grad_()
+    weight = None if pos_weight is None else torch.tensor(pos_weight, dtype=torch.float64,
+                                                          device="cuda")
+    want = F.binary_cross_entropy_with_logits(p, t, pos_weight=weight)
+    assert_close(loss, want, 1e-5, "loss")
+    loss.backward()
+    want.backward()
+    assert_close(pred.grad, p.grad, 1e-5, "d/dlogits")
+    assert_close(target.grad, t.grad, 1e-5, "d/dtarget")
+
+
+def test_bce_with_logits_rejects_a_tensor_pos_weight(ops):
+    x = torch.randn(4, 3, device="cuda")
+    with pytest.raises(TypeError, match="pos_weight must be a Python number"):
+        ops.bce_with_logits(x, x.sigmoid(), pos_weight=torch.ones(3, device="cuda"))
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.25, 1.0, 3.0])
@@ -281,7 +309,7 @@ def test_opcheck_element_wise(ops, name):
     runs = 0
     for shape, dtype, reduction, want_grad, target_grad in opcheck_cases(name):
         pred, target = inputs(name, shape, dtype, grad=("pred", "target") if target_grad else ("pred",))
-        torch.library.opcheck(op.default, (pred, target, reduction, 0.5, want_grad))
+        torch.library.opcheck(op.default, (pred, target, reduction, PARAM.get(name, 0.0), want_grad))
         runs += 1
     record(VERSION, f"{name} opcheck ({runs} argument sets)", "pass")
 
