@@ -8,6 +8,8 @@
 - ``losses``: the four losses' references, inputs and byte counts (kernels/losses.py)
 """
 
+import warnings
+
 from . import bench, results
 from .check import CheckFailed, check
 from .load import Kernel, KernelBuildError, load
@@ -16,3 +18,10 @@ from .plot import plot_throughput
 
 __all__ = ["CheckFailed", "Kernel", "KernelBuildError", "LOSSES", "bench", "check", "get_loss",
            "load", "plot_throughput", "results"]
+
+# Warnings PyTorch prints once per process, with the path of its installation and nothing for a
+# reader to learn from (the profiler's cycles, the sync debug mode's status): every notebook
+# imports the toolkit, so they never reach a stored output.
+for _message in ("Warning: Profiler clears events at the end of each cycle",
+                 "Synchronization debug mode is a prototype feature"):
+    warnings.filterwarnings("ignore", message=_message)
