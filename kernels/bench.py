@@ -169,8 +169,9 @@ def sweep(providers: dict, loss_name: str, shapes, **kwargs) -> list[Measurement
 
 
 def element_wise_shape(n: int, loss_name: str) -> tuple:
-    """The benchmark shape for n elements: 1-D, or square-ish 2-D for Hinge's broadcast."""
-    if loss_name == "hinge":
+    """The benchmark shape for n elements: 1-D, or square-ish 2-D for a loss whose target is
+    one row (Hinge: KernelBench's (N, N) predictions with (N,) labels)."""
+    if get_loss(loss_name).broadcast_target:
         cols = 1 << ((n.bit_length() - 1) // 2)
         return (n // cols, cols)
     return (n,)

@@ -47,49 +47,38 @@ def listing_output(source: str, execution_count) -> dict:
             "data": {"text/markdown": shown.data, "text/plain": repr(shown)}}
 
 
-def refresh(path: Path) -> int:
-    """Recompute the notebook's listing outputs in place; the number that changed."""
+def refresh(path: Path, write: bool = True) -> list[str]:
+    """Recompute the notebook's listing outputs (in place when ``write``); the stale cells."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
-    changed = 0
+    stale = []
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
     for number, cell in enumerate(code_cells, 1):
         if not is_listing(cell.source):
             continue
         # A cell whose source was edited lost its count (tools/sync_notebooks.py); a cell with
         # outputs needs one ("unrun reference cell" to nbval): its place among the code cells.
-        cell.execution_count = cell.get("execution_count") or number
-        fresh = nbformat.from_dict(listing_output(cell.source.strip(), cell.execution_count))
-        if cell.outputs != [fresh]:
-            cell.outputs = [fresh]
-            changed += 1
-    if changed:
+        count = cell.get("execution_count") or number
+        fresh = nbformat.from_dict(listing_output(cell.source.strip(), count))
+        if cell.get("execution_count") != count or cell.outputs != [fresh]:
+            stale.append(f"{path.relative_to(ROOT)}: {cell.source.strip()[:70]}")
+            cell.execution_count, cell.outputs = count, [fresh]
+    if stale and write:
         nbformat.write(notebook, path)
-    return changed
+    return stale
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report stale listings, change nothing")
     args = parser.parse_args()
-    stale = []
-    for path in notebooks():
-        if args.check:
-            import nbformat
-
-            notebook = nbformat.read(path, as_version=4)
-            for cell in notebook.cells:
-                if cell.cell_type == "code" and is_listing(cell.source):
-                    fresh = nbformat.from_dict(listing_output(cell.source.strip(),
-                                                              cell.get("execution_count")))
-                    if cell.get("execution_count") is None or cell.outputs != [fresh]:
-                        stale.append(f"{path.relative_to(ROOT)}: {cell.source.strip()[:70]}")
-        elif refresh(path):
-            print(f"{path.relative_to(ROOT)}: listings refreshed")
-    if stale:
+    stale = [cell for path in notebooks() for cell in refresh(path, write=not args.check)]
+    if args.check and stale:
         print("stale listings (run python tools/refresh_listings.py):\n  " + "\n  ".join(stale))
         return 1
+    for cell in [] if args.check else stale:
+        print(f"refreshed {cell}")
     return 0
 
 
