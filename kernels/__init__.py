@@ -5,7 +5,10 @@
 - ``bench``: CUDA-event timing and effective bandwidth (kernels/bench.py)
 - ``results``: benchmark rows as CSV under book/results/ (kernels/results.py)
 - ``plot_throughput``: GB/s against size with the bandwidth limit (kernels/plot.py)
-- ``losses``: the four losses' references, inputs and byte counts (kernels/losses.py)
+- ``losses``: the losses' registry: references, inputs, byte counts, gradients (kernels/losses.py)
+- ``operators``: fake kernels and autograd for every build; ``operators.build()`` gives the
+  chapter 6 operators a training loop calls (kernels/operators.py)
+- ``book``: the notebooks and the table of contents, for the tools and tests (kernels/book.py)
 """
 
 import warnings
