@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from .operators import CROSS_ENTROPY as FINAL
+from .operators import CROSS_ENTROPY_FILE as FINAL
 from .operators import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING
 
 

@@ -26,8 +26,9 @@ import torch
 
 from .losses import get_loss
 
-ELEMENT_WISE = "ch6_operators/fused_losses.cu"
-CROSS_ENTROPY = "ch5_cross_entropy/v3_fused_rows.cu"
+# The chapter's final kernel files (kernels.losses.ELEMENT_WISE names the losses, not a file).
+FUSED_LOSSES_FILE = "ch6_operators/fused_losses.cu"
+CROSS_ENTROPY_FILE = "ch5_cross_entropy/v3_fused_rows.cu"
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SCALE_GRAD = "_scale_grad"  # the suffix of the backward op a fused-loss kernel file defines
@@ -130,7 +131,8 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
             upstream = grad_loss / ctx.n if ctx.reduction == REDUCTIONS["mean"] else grad_loss
             loss = get_loss(loss_name)
             if loss.target_grad is None:
-                raise NotImplementedError(f"{loss_name}: no gradient for the target in kernels/losses.py")
+                raise NotImplementedError(
+                    f"{loss_name}: no gradient for the target in kernels/losses.py")
             param = {loss.param[0]: ctx.param} if loss.param else {}
             grad_target = loss.target_grad(pred, target, grad, upstream, **param).sum_to_size(
                 ctx.target_shape)
@@ -183,7 +185,8 @@ def _cross_entropy_autograd(ops):
         logits, target, ignore_index, reduction, label_smoothing, save = inputs
         ctx.mark_non_differentiable(output[1], output[2])
         ctx.set_materialize_grads(False)
-        ctx.ignore_index, ctx.reduction, ctx.label_smoothing = ignore_index, reduction, label_smoothing
+        ctx.ignore_index, ctx.reduction = ignore_index, reduction
+        ctx.label_smoothing = label_smoothing
         ctx.save, ctx.backward_done = save, False
         if save == SAVE_GRAD:
             ctx.save_for_backward(output[1])
@@ -306,7 +309,8 @@ class LossOps:
                              kernel=self.cross_entropy_kernel, check_targets=check_targets)
 
 
-def build(element_wise: str = ELEMENT_WISE, cross_entropy: str = CROSS_ENTROPY) -> LossOps:
+def build(element_wise: str = FUSED_LOSSES_FILE,
+          cross_entropy: str = CROSS_ENTROPY_FILE) -> LossOps:
     """Build (or fetch from the cache) the kernels and return their operators."""
     from .load import load
 

@@ -71,7 +71,8 @@ def refresh(path: Path, write: bool = True) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="report stale listings, change nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="report stale listings, change nothing")
     args = parser.parse_args()
     stale = [cell for path in notebooks() for cell in refresh(path, write=not args.check)]
     if args.check and stale:

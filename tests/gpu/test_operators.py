@@ -308,8 +308,10 @@ def test_opcheck_element_wise(ops, name):
     op = ops.element_wise.ops[name]
     runs = 0
     for shape, dtype, reduction, want_grad, target_grad in opcheck_cases(name):
-        pred, target = inputs(name, shape, dtype, grad=("pred", "target") if target_grad else ("pred",))
-        torch.library.opcheck(op.default, (pred, target, reduction, PARAM.get(name, 0.0), want_grad))
+        grads = ("pred", "target") if target_grad else ("pred",)
+        pred, target = inputs(name, shape, dtype, grad=grads)
+        param = PARAM.get(name, 0.0)
+        torch.library.opcheck(op.default, (pred, target, reduction, param, want_grad))
         runs += 1
     record(VERSION, f"{name} opcheck ({runs} argument sets)", "pass")
 
@@ -413,7 +415,7 @@ def test_rerunning_a_build_cell_registers_nothing_twice():
     first = operators.build()
     again = operators.build()  # what re-running a notebook cell does
     assert first.element_wise is again.element_wise
-    assert load(operators.ELEMENT_WISE) is first.element_wise
+    assert load(operators.FUSED_LOSSES_FILE) is first.element_wise
 
 
 BAD_TARGET_SCRIPT = textwrap.dedent("""
