@@ -54,6 +54,7 @@ BINDINGS = {
     "ReductionArgs": ("reduction.cpp", "reduction_op", "REDUCTION_SCHEMA"),
     "CrossEntropyArgs": ("cross_entropy.cpp", "cross_entropy_op", "CROSS_ENTROPY_SCHEMA"),
     "FusedLossArgs": ("fused_loss.cpp", "fused_loss_op", "FUSED_LOSS_SCHEMA"),
+    "VocabShardArgs": ("vocab_shard.cpp", "shard_stats_op", "SHARD_STATS_SCHEMA"),
 }
 # Ops of one binding that take another schema, chosen by the end of the op's name (cross-entropy's
 # backward ops): struct -> {suffix: (template, schema macro)}.
@@ -65,6 +66,7 @@ OP_VARIANTS = {
     "FusedLossArgs": {
         "_scale_grad": ("fused_loss_scale_grad_op", "FUSED_LOSS_SCALE_GRAD_SCHEMA"),
     },
+    "VocabShardArgs": {"_grad": ("shard_grad_op", "SHARD_GRAD_SCHEMA")},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')

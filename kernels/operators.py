@@ -38,7 +38,8 @@ def register(kernel, struct: str) -> None:
     """Give every op of a freshly built kernel its fake kernel and its autograd formula."""
     {"ReductionArgs": _register_forward_only,
      "FusedLossArgs": _register_fused_losses,
-     "CrossEntropyArgs": _register_cross_entropy}[struct](kernel)
+     "CrossEntropyArgs": _register_cross_entropy,
+     "VocabShardArgs": _register_vocab_shard}[struct](kernel)
 
 
 def _qualname(kernel, op: str) -> str:
@@ -228,6 +229,21 @@ def _cross_entropy_autograd(ops):
         return (grad,) + none
 
     return setup_context, backward
+
+
+# --- chapter 8's vocab-parallel pieces: shard_stats -> (rows, 4), shard_grad -> grad ----------
+
+def _register_vocab_shard(kernel) -> None:
+    """Fake kernels only: the autograd formula needs the all-reduces between the two ops, so it
+    lives in kernels/vocab_parallel.py (a torch.autograd.Function around both)."""
+    for op in kernel.ops:
+        if op.endswith("_grad"):
+            fake = lambda logits, *rest: torch.empty_like(logits,  # noqa: E731
+                                                          memory_format=torch.contiguous_format)
+        else:
+            fake = lambda logits, *rest: logits.new_empty((logits.shape[0], 4),  # noqa: E731
+                                                          dtype=torch.float32)
+        torch.library.register_fake(_qualname(kernel, op), fake)
 
 
 # --- what a training loop calls ---------------------------------------------------------------
