@@ -238,9 +238,14 @@ for name in LOSS_NAMES:
     for provider, fn in (("eager", get_loss(name).reference), ("torch.compile", compiled[name])):
         prof, launched[name, provider] = gpu_kernels(fn, inputs)
         if (name, provider) == ("mse", "eager"):
-            print("torch.profiler's own table, eager MSE at 2^30 elements:")
-            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=8,
-                                            max_name_column_width=70))
+            # torch.profiler's own table, prof.key_averages().table(), has ten columns of 14
+            # characters: too wide for a page. The same averages, in the columns that matter.
+            print("torch.profiler's averages, eager MSE at 2^30 elements (self time, ms):")
+            print(f"{'event':<52} {'calls':>5} {'CPU':>7} {'GPU':>7}")
+            for e in sorted(prof.key_averages(), key=lambda e: (-e.self_device_time_total,
+                                                                -e.self_cpu_time_total))[:8]:
+                print(f"{short(e.key, 52):<52} {e.count:>5} {e.self_cpu_time_total / 1e3:7.3f} "
+                      f"{e.self_device_time_total / 1e3:7.3f}")
     del inputs
     torch.cuda.empty_cache()
 
@@ -378,7 +383,7 @@ for name in LOSS_NAMES:
     eager, comp = at(name, "eager", KERNELBENCH[name]), at(name, "torch.compile", KERNELBENCH[name])
     moved = sum(op["reads"] + op["writes"] for op in traces[name]) / eager["bytes"]
     ratios[name] = (eager["ms"] / comp["ms"], moved)
-    bytes_cell = "exercise 1" if name == "smooth_l1" else f"{moved:.2f}x"
+    bytes_cell = "exercise 1.1" if name == "smooth_l1" else f"{moved:.2f}x"
     lines.append(f"| {name} | {eager['ms']:.3f} | {comp['ms']:.3f} | "
                  f"{eager['ms'] / comp['ms']:.2f}x | {bytes_cell} |")
 display(Markdown("\n".join(lines)))
@@ -443,21 +448,31 @@ else:
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
+from kernels import plot
+
 if tflops is not None:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    intensity = [2.0 ** k for k in range(-4, 9)]
-    ax.loglog(intensity, [min(tflops * 1e3, i * peak) for i in intensity], color="black",
-              label="roofline: min(datasheet FP32, I x measured read bandwidth)")
+    fig, ax = plot.subplots()
+    intensity = sorted([2.0 ** k for k in range(-4, 9)] + [ridge])  # the roof bends at the ridge
+    ax.loglog(intensity, [min(tflops * 1e3, i * peak) for i in intensity], color="black")
+    # The roof's two parts and the ridge point are labelled where they are; the legend, on the
+    # right, names the losses.
+    ax.annotate(f"datasheet FP32\n{tflops:.0f} TFLOP/s", (intensity[-1], tflops * 1e3),
+                xytext=(0, -6), textcoords="offset points", ha="right", va="top")
+    ax.annotate(f"I x measured read bandwidth ({peak:.0f} GB/s)",
+                (intensity[2], intensity[2] * peak), xytext=(8, -4), textcoords="offset points",
+                va="top")
+    ax.axvline(ridge, color="gray", linestyle=":")
+    ax.annotate(f"ridge point\n{ridge:.0f} flop/byte", (ridge, intensity[0] * peak),
+                xytext=(6, 0), textcoords="offset points", color="dimgray")
     for name in LOSS_NAMES:
         shape = KERNELBENCH[name]
         flops = FLOPS_PER_ELEMENT[name] * math.prod(shape)
         comp = at(name, "torch.compile", shape)
-        ax.plot(flops / comp["bytes"], flops / comp["ms"] / 1e6, "o", label=f"{name} (torch.compile)")
-    ax.axvline(ridge, color="gray", linestyle=":", label=f"ridge point, {ridge:.0f} flop/byte")
-    ax.set_xlabel("arithmetic intensity (flop per byte that must be read)")
+        ax.plot(flops / comp["bytes"], flops / comp["ms"] / 1e6, "o", markersize=8, label=name)
+    ax.set_xlabel("arithmetic intensity I (flop per byte that must be read)")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"Roofline of the four losses on {rows[0]['gpu']}")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(f"The four losses (torch.compile) on the roofline of {rows[0]['gpu']}")
+    plot.legend(ax)
     plt.show()
 
 # %% [markdown]
@@ -468,12 +483,14 @@ if tflops is not None:
 # line. Compiled points are every other size (see above).
 
 # %% tags=["nbval-ignore-output"]
-fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+fig, axes = plot.subplots(2, 2, height=7, sharex=True, sharey=True)
 for name, ax in zip(LOSS_NAMES, axes.flat):
     kernels.plot_throughput(rows, name, providers=["eager", "torch.compile"], ax=ax,
-                            title=name + (" (4096 classes)" if name == "cross_entropy" else ""))
+                            title=name + (" (4096 classes)" if name == "cross_entropy" else ""),
+                            show_legend=False)
+    ax.label_outer()  # the axis labels once, at the left and at the bottom
 fig.suptitle(f"PyTorch's losses on {rows[0]['gpu']}")
-fig.tight_layout()
+plot.legend(fig)
 plt.show()
 
 # %% tags=["nbval-ignore-output"]
@@ -533,18 +550,18 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes {smallest['
       f"{smallest['ms'] * 1e3 / gpu_us:.1f}x the 1-element add: it launches {len(traces['mse'])} kernels")
 
 # %% [markdown]
-# At the smallest sizes every loss takes longer than the empty kernel's GPU time (eager a few
-# times longer, compiled much longer: see the table), and its time grows far more slowly than
-# the size: the GPU is not busy with the data, it is waiting for the host. Each call runs Python and PyTorch's dispatcher on the CPU before each of its kernels
-# can launch; `kernels.bench.time_ms` keeps the GPU busy (clearing a buffer twice the size of
-# L2) while the host does that, but when the host needs longer than the clear, the events
-# measure the host's time. Eager mode pays that per operator. `torch.compile` launches fewer
-# kernels, but every call first runs Python code of its own (Dynamo's checks that the inputs
-# still match the compiled shapes, then Inductor's generated wrapper). On this machine that
-# costs more than eager mode's dispatching: at the small sizes the compiled losses reach a
-# fraction of eager mode's throughput (left of each plot, and the tables above), and they
-# pass half of their own best only at a larger size than eager mode does. Below the crossing, making a kernel faster changes nothing; what counts there is
-# the work done per call on the host and the number of launches. (The compiled curves are
+# At the smallest sizes every loss takes two to three times the empty kernel's GPU time (the
+# table), and its time grows far more slowly than the size: the GPU is not busy with the data
+# but with launching kernels, each on a grid too small to fill the GPU. Eager mode launches a
+# kernel per operator; `torch.compile` launches fewer. `kernels.bench.time_ms` keeps the GPU
+# queued ahead of the host (a buffer clear and a short sleep before each call), so these are
+# GPU times: the host's own work per call comes on top in a real loop (the 1-element add took
+# several times its GPU time from call to result, above), and for `torch.compile` it includes
+# Dynamo's checks that the inputs still match the compiled shapes and Inductor's wrapper.
+# Eager and compiled MSE and Smooth L1 reach half of their best at the same size; compiled
+# Hinge and cross-entropy need larger inputs for that than eager mode does (the table). Below
+# the crossing, making a kernel faster changes little; what counts there is the number of
+# launches and the work done per call. (The compiled curves are
 # measured at every other size, so their crossing points are known only to within a factor
 # of 16.)
 #
@@ -609,8 +626,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
 #   once, and runs close to the read bandwidth at large sizes. That is the baseline our CUDA
 #   kernels must match; for cross-entropy it leaves room, which chapter 5 takes.
 # - Losses are far below the ridge point of the roofline: only bytes matter.
-# - Small inputs are latency-bound: the time is set by the host's work per call and the
-#   launches, not by the bytes, and `torch.compile`'s own per-call overhead counts there too.
+# - Small inputs are latency-bound: the time is set by the launches and the host's work per
+#   call, not by the bytes, and `torch.compile`'s own per-call overhead counts there too.
 # - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small (measured
 #   above); a sequential float32 sum does not. Our kernels must do at least as well.
 #

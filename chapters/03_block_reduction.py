@@ -245,7 +245,10 @@ print(f"MSE, {largest[0]:,} elements")
 Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1"))
 
 # %% tags=["nbval-ignore-output"]
-kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", *VERSIONS]);
+# The tree versions 1 to 3, close together, in grey: the colours are the steps that change how
+# memory is read.
+kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", *VERSIONS],
+                        highlight=["eager", "torch.compile", "v4", "v5", "v6"]);
 
 # %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "mse"))
@@ -259,7 +262,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "ms
 # is read, version 4's two loads per thread and version 6's wide loads and resident grid, with
 # a smaller one from version 5's shuffle tail. Version 6 comes close to the read bandwidth at
 # the largest size, just behind `torch.compile` there, level with it in the upper part of the
-# range, and ahead of it at most smaller sizes. At small sizes all six versions are close to
+# range, and behind it at smaller sizes, where its three launches per call weigh more than
+# `torch.compile`'s. At small sizes all six versions are close to
 # one another: they are bound by launches (three per call), which chapter 4 reduces.
 # Smooth L1 and Hinge with the same kernel:
 

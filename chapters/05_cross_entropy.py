@@ -447,25 +447,16 @@ import matplotlib.pyplot as plt
 results = kernels.results.load("ch5")
 forward = kernels.results.select(results, loss="cross_entropy")
 names = list(dict.fromkeys(r["provider"] for r in forward))
-fig, ax = plt.subplots(figsize=(8, 4.5))
-for name in names:
-    mine = sorted(kernels.results.select(forward, provider=name), key=lambda r: r["shape"][1])
-    ax.plot([r["shape"][1] for r in mine], [r["gbps"] for r in mine],
-            "--" if name in ("eager", "torch.compile", "Liger-Kernel") else "-",
-            marker="o", markersize=3, label=name)
-peak = results[0]["peak_gbps"]
-ax.axhline(peak, color="black", linewidth=1, linestyle=":",
-           label=f"read bandwidth (torch.sum, 4 GiB): {peak:.0f} GB/s")
-ax.set_xscale("log", base=2)
+ax = kernels.plot_throughput(forward, "cross_entropy", names, x=lambda shape: shape[1],
+                             title=f"cross-entropy forward by row length on {results[0]['gpu']}")
+# One tick per measured shape: its classes, and below them its rows (131072 as "131k"), short
+# enough that neighbouring labels do not run into each other.
 ticks = sorted({r["shape"] for r in forward}, key=lambda s: s[1])
-ax.set_xticks([s[1] for s in ticks], [f"{s[1]}\n({s[0]} rows)" for s in ticks], fontsize=7)
-ax.set_xlabel("classes per row (rows x classes ≈ 2^27 float32 logits)")
-ax.set_ylabel("effective GB/s (logits + targets / time)")
-ax.set_ylim(0, peak * 1.08)
-ax.set_title(f"cross-entropy forward: throughput against row length on {results[0]['gpu']}")
-ax.grid(True, which="major", alpha=0.3)
-ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-fig.tight_layout()
+short = lambda n: f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k" if n >= 1e4 else f"{n}"
+ax.set_xticks([s[1] for s in ticks], [f"{s[1]:,}\n{short(s[0])}" for s in ticks])
+ax.minorticks_off()
+ax.set_xlabel("classes per row, and rows below (rows x classes ≈ 2^27 float32 logits)")
+ax.set_ylabel("effective GB/s\n(logits + targets / time)")
 plt.show()
 
 # %% [markdown]
@@ -554,7 +545,7 @@ Markdown(
 # ```{admonition} Hint
 # :class: dropdown
 #
-# Two lines marked `TODO(exercise 1)`. The finishing kernel reads `a.target` too, so it can
+# Two lines marked `TODO(exercise 5.1)`. The finishing kernel reads `a.target` too, so it can
 # count the rows that are not ignored in the same loop that adds the losses. What is
 # $0 / 0$ in floating point, and what does PyTorch return for a mean over no rows?
 # ```

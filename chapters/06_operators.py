@@ -459,11 +459,14 @@ print(f"{len(measured)} measurements saved")
 
 # %% tags=["nbval-ignore-output"]
 rows = results.load("ch6")
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+fig, axes = kernels.plot.subplots(1, 3, height=4, sharey=True)
 for ax, name in zip(axes, ("mse", "smooth_l1", "hinge")):
-    kernels.plot_throughput(rows, f"{name}_fwd_bwd", title=f"{name}: forward + backward", ax=ax)
-    ax.set_ylabel("effective GB/s (bytes a step must move / time)")
-fig.tight_layout()
+    kernels.plot_throughput(rows, f"{name}_fwd_bwd", title=name, ax=ax, show_legend=False)
+    ax.label_outer()  # the GB/s axis once, at the left
+axes[0].set_ylabel("effective GB/s\n(bytes a step must move / time)")
+fig.suptitle(f"Forward + backward: throughput against size on {rows[0]['gpu']}")
+kernels.plot.legend(fig)
+plt.show()
 
 # %% tags=["nbval-ignore-output"]
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", "ours", "ours, x1024"], "mse_fwd_bwd")
@@ -659,17 +662,17 @@ print("steps 1-10 within 1e-5 of PyTorch's loss in every run:", all(r[1] < 1e-5 
 print("final losses within 1e-2 of each other in every run:", all(r[4] < 1e-2 for r in rows_out))
 
 # %% tags=["gpu", "nbval-ignore-output"]
-fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+fig, axes = kernels.plot.subplots(2, 2, height=6, sharex=True)
 for ax, (label, (torch_losses, our_losses)) in zip(axes.flat, curves.items()):
-    ax.plot(torch_losses, label="PyTorch's loss", linewidth=2.5, alpha=0.6)
+    ax.plot(torch_losses, label="PyTorch's loss", linewidth=3, alpha=0.5)
     ax.plot(our_losses, label="the course's operator", linewidth=1, linestyle="--", color="black")
     ax.set_yscale("log")
     ax.set_title(label)
-    ax.set_xlabel("step")
     ax.set_ylabel("training loss")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-fig.tight_layout()
+for ax in axes[1]:
+    ax.set_xlabel("step")
+kernels.plot.legend(fig)  # one legend for the four panels, below them
+plt.show()
 
 # %% [markdown]
 # The curves lie on top of each other. From the same weights and the same batches the two runs

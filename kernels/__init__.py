@@ -4,7 +4,8 @@
 - ``check``: compare an op with PyTorch in float64 over awkward cases (kernels/check.py)
 - ``bench``: CUDA-event timing and effective bandwidth (kernels/bench.py)
 - ``results``: benchmark rows as CSV under book/results/ (kernels/results.py)
-- ``plot_throughput``: GB/s against size with the bandwidth limit (kernels/plot.py)
+- ``plot``: the course's figure style (``plot.subplots``, ``plot.legend``) and
+  ``plot_throughput``, GB/s against size with the bandwidth limit (kernels/plot.py)
 - ``losses``: the losses' registry: references, inputs, byte counts, gradients (kernels/losses.py)
 - ``operators``: fake kernels and autograd for every build; ``operators.build()`` gives the
   chapter 6 operators a training loop calls (kernels/operators.py)
@@ -13,14 +14,14 @@
 
 import warnings
 
-from . import bench, results
+from . import bench, plot, results
 from .check import CheckFailed, check
 from .load import Kernel, KernelBuildError, load
 from .losses import LOSSES, get_loss
 from .plot import plot_throughput
 
 __all__ = ["CheckFailed", "Kernel", "KernelBuildError", "LOSSES", "bench", "check", "get_loss",
-           "load", "plot_throughput", "results"]
+           "load", "plot", "plot_throughput", "results"]
 
 # Warnings PyTorch prints once per process, with the path of its installation and nothing for a
 # reader to learn from (the profiler's cycles, the sync debug mode's status): every notebook

@@ -31,8 +31,8 @@ def show_source(source, start: str | None = None, end: str | None = None,
 
     Notebooks never keep a copy of a kernel: they show the file they are about to build. A
     listing is folded (an HTML <details>, which Jupyter, Colab and the book all render) when
-    ``fold`` is True, or by default when it has more than FOLD_LINES lines; the solutions fold
-    every answer, so that reading the exercise does not show it.
+    ``fold`` is True, or by default when it has more than FOLD_LINES lines. The solutions pass
+    False: their listings are inside the answer's dropdown already.
     """
     from IPython.display import Markdown
 

@@ -23,6 +23,8 @@ if ROOT not in sys.path:
 # The answers to the exercises of {doc}`chapter 1 <../chapters/01_naive_pytorch>`. They are
 # computed from the chapter's measurements, `book/results/ch1.csv`, and checked with the same
 # checks as in the chapter, which print PASS.
+#
+# Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %% tags=["nbval-ignore-output"]
 import math
@@ -60,8 +62,9 @@ def at(loss, provider, shape):
     return results.select(rows, loss=loss, provider=provider, shape=tuple(shape))[0]
 
 # %% [markdown]
-# ````{solution} ch1-smooth-l1-bytes
+# ```{solution-start} ch1-smooth-l1-bytes
 # :class: dropdown
+# ```
 #
 # The profiler lists **two** kernels for eager Smooth L1 (at $2^{30}$ elements each is launched
 # twice, on the two halves of the tensor, and the mean is preceded by a tiny memset): an
@@ -78,7 +81,6 @@ def at(loss, provider, shape):
 # That is $4n$ elements, $16n$ bytes: twice the $8n$ it must read, so eager Smooth L1 should
 # take about twice the time of a fused kernel, and its predicted time is the bytes over the
 # read bandwidth. The cells below compute both and compare them with the measurements.
-# ````
 
 # %% tags=["gpu", "nbval-ignore-output"]
 # The kernels, seen by the profiler (a smaller size is enough to count them).
@@ -111,14 +113,18 @@ print(f"predicted {predicted_ms:.3f} ms (bytes / read bandwidth), measured {eage
 print(f"eager / torch.compile: {eager['ms'] / compiled['ms']:.2f}x (bytes predict 2.00x)")
 
 # %% [markdown]
-# ````{solution} ch1-launch-crossover
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch1-launch-crossover
 # :class: dropdown
+# ```
 #
 # Sort eager MSE's rows by size and take the first whose GB/s reach half of the best. Eager
 # MSE never reaches half of the read bandwidth because it moves three times the bytes it must
 # ($24$ bytes per element instead of $8$): even running at the full read bandwidth, its
 # effective bandwidth (the $8$ bytes over its time) would be a third of it.
-# ````
 
 # %%
 mse_eager = by_size("mse", "eager")
@@ -135,15 +141,19 @@ small = mse_eager[0]
 print(f"at {math.prod(small['shape']):,} elements it takes {small['ms'] * 1e3:.1f} us")
 
 # %% [markdown]
-# ````{solution} ch1-ce-roofline
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch1-ce-roofline
 # :class: dropdown
+# ```
 #
 # The logits are $32768 \times 4096 = 2^{27}$ float32 values ($2^{29}$ bytes) and the targets
 # $32768$ int64 values ($2^{18}$ bytes). At 4 flops per logit the intensity is
 # $4 \cdot 2^{27} / (2^{29} + 2^{18}) \approx 1$ flop/byte, far below the ridge point computed
 # in the chapter: cross-entropy is memory-bound like the others. Its roofline time is the
 # bytes over the read bandwidth; the cell below compares it with PyTorch's times.
-# ````
 
 # %%
 shape = (32768, 4096)
@@ -158,3 +168,7 @@ print(f"roofline {ce_roofline_ms:.3f} ms at {peak:.0f} GB/s")
 for provider in ("eager", "torch.compile"):
     r = at("cross_entropy", provider, shape)
     print(f"{provider}: {r['ms']:.3f} ms, {100 * ce_roofline_ms / r['ms']:.0f}% of the roofline")
+
+# %% [markdown]
+# ```{solution-end}
+# ```

@@ -22,6 +22,8 @@ if ROOT not in sys.path:
 #
 # The answers to the exercises of {doc}`../chapters/02_atomics`. Each builds the reference
 # solution kernel from `solutions/kernels/` and runs the same check as the exercise.
+#
+# Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
 import torch
@@ -31,8 +33,9 @@ from kernels import bench, check, load
 from kernels.notebook import show_source
 
 # %% [markdown]
-# ```{solution} ex-ch2-warp-atomics
+# ```{solution-start} ex-ch2-warp-atomics
 # :class: dropdown
+# ```
 #
 # Five `__shfl_down_sync` steps (offsets 16, 8, 4, 2, 1) leave the warp's sum in lane 0, which
 # alone calls `atomicAdd`. The trap is the early `return`: with the full mask `0xffffffff`, every
@@ -40,10 +43,9 @@ from kernels.notebook import show_source
 # end of the input had already left, so the result was undefined. Those threads now stay and
 # contribute 0. One element per thread remains, so this is still far from the bandwidth, but the
 # contended address sees 32 times fewer atomics than in version 1 (timed below).
-# ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu", fold=True)
+show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu", fold=False)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu")
@@ -61,8 +63,13 @@ for m in bench.bench_loss({"chapter 2 v1": v1.mse, "warp-aggregated": solution.m
     print(f"{m.provider:<16} {m.ms:8.3f} ms  {m.gbps:7.1f} GB/s")
 
 # %% [markdown]
-# ```{solution} ex-ch2-race
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ex-ch2-race
 # :class: dropdown
+# ```
 #
 # The race is `block_sum += sum`. On shared memory, `+=` is a load, an add and a store: the 32
 # lanes of a warp load the same old value, each adds its own sum, and all store; one store wins
@@ -72,11 +79,14 @@ for m in bench.bench_loss({"chapter 2 v1": v1.mse, "warp-aggregated": solution.m
 # The smallest fix is `atomicAdd(&block_sum, sum)`: shared-memory atomics are fast, but 256 of
 # them per block on one word still serialise. The faster fix, below, first adds the warp's 32
 # sums with shuffles, so that one shared-memory atomic per warp (8 per block) remains.
-# ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch2_race.cu", fold=True)
+show_source(f"{ROOT}/solutions/kernels/ch2_race.cu", fold=False)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch2_race.cu")
 check(solution.mse, "mse")
+
+# %% [markdown]
+# ```{solution-end}
+# ```

@@ -22,6 +22,8 @@ if ROOT not in sys.path:
 #
 # The answers to the exercises of {doc}`../chapters/04_two_pass`. Each builds the reference
 # solution kernel from `solutions/kernels/` and runs the same check as the exercise.
+#
+# Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
 import torch
@@ -31,8 +33,9 @@ from kernels import bench, check, load
 from kernels.notebook import show_source
 
 # %% [markdown]
-# ```{solution} ex-ch4-kahan
+# ```{solution-start} ex-ch4-kahan
 # :class: dropdown
+# ```
 #
 # Kahan summation carries the rounding error of the running sum in a second float `c`. For each
 # partial $x$: `y = x - c` (the addend, corrected), `t = sum + y` (rounded), `c = (t - sum) - y`
@@ -41,10 +44,9 @@ from kernels.notebook import show_source
 # accumulator gives (the strict check below passes), while every operation is still float32.
 # The compiler keeps `(t - sum) - y` as written because nvcc does not reassociate floating-point arithmetic by default; with
 # `--use_fast_math` it could simplify `c` to 0 and silently undo the compensation.
-# ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu", fold=True)
+show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu", fold=False)
 
 # %% tags=["gpu"]
 STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
@@ -53,8 +55,13 @@ check(solution.mse, "mse")
 check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
 
 # %% [markdown]
-# ```{solution} ex-ch4-last-block
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ex-ch4-last-block
 # :class: dropdown
+# ```
 #
 # When a block sees that it was the last one to count itself done, every other block of the
 # launch has already incremented the counter and none will touch it again, so the last block
@@ -66,12 +73,15 @@ check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
 # same time on two streams would mix their counts. A counter in the workspace, zeroed with
 # `cudaMemsetAsync` before every launch of more than one block (version 3's `mse`), is always
 # safe, at the price of one more operation on the stream.
-# ```
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch4_last_block.cu", fold=True)
+show_source(f"{ROOT}/solutions/kernels/ch4_last_block.cu", fold=False)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch4_last_block.cu")
 check(solution.mse, "mse")
 check(solution.mse, "mse")  # a second round: the counter is ready again
+
+# %% [markdown]
+# ```{solution-end}
+# ```

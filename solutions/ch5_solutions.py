@@ -23,6 +23,8 @@ if ROOT not in sys.path:
 # The answers to the exercises of {doc}`../chapters/05_cross_entropy`. Each reference kernel
 # lives in `solutions/kernels/`; the cells below show it, build it, and run the same check as
 # the exercise, which prints one PASS line per case.
+#
+# Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
 from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing,
@@ -32,25 +34,30 @@ from kernels.notebook import show_source
 SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 
 # %% [markdown]
-# ```{solution} ch5-ignore-index
+# ```{solution-start} ch5-ignore-index
 # :class: dropdown
+# ```
 #
 # An ignored row is valid input: its loss is 0 and it does not raise the bad-target flag.
 # The finishing kernel counts, in the same fixed-order loop that adds the losses, the rows
 # whose target is not `ignore_index`, and the mean divides by that count. With every row
 # ignored the count is 0 and $0/0$ is NaN, which is what PyTorch returns. The sum and
 # `reduction="none"` need nothing more: their ignored rows are already 0.
-# ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), fold=True)
+show_source(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), fold=False)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), check_ignore_index)
 
 # %% [markdown]
-# ```{solution} ch5-online-softmax
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch5-online-softmax
 # :class: dropdown
+# ```
 #
 # With $m' = \max(m, x)$, every term of the old sum is rescaled by the same factor,
 # $e^{x_i - m'} = e^{x_i - m} e^{m - m'}$, so
@@ -65,17 +72,21 @@ assert run_exercise(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), check_ignore
 # larger logit after its first one: in particular when every thread gets at most one logit, so
 # the check's rows of 10 classes (a 256-thread block per row) pass, and every longer row fails;
 # `merge`, which was correct, does the rest.
-# ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), fold=True)
+show_source(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), fold=False)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_online_softmax)
 
 # %% [markdown]
-# ```{solution} ch5-label-smoothing
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch5-label-smoothing
 # :class: dropdown
+# ```
 #
 # With $\log p_j = x_j - \mathrm{lse}$ and $\sum_j q_j = 1$,
 #
@@ -86,10 +97,13 @@ assert run_exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_onli
 #
 # The second pass already loads every logit to add its exponential; it adds the logit itself
 # to a second per-thread sum, reduced over the block like the first. No third read of the row.
-# ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), fold=True)
+show_source(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), fold=False)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), check_label_smoothing)
+
+# %% [markdown]
+# ```{solution-end}
+# ```

@@ -22,6 +22,8 @@ if ROOT not in sys.path:
 #
 # The answers to the exercises of {doc}`../chapters/06_operators`. The reference kernel lives
 # in `solutions/kernels/`; the cells below show it, build it, and run the exercise's check.
+#
+# Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
 import torch
@@ -33,8 +35,9 @@ from kernels.notebook import show_source
 SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 
 # %% [markdown]
-# ```{solution} ch6-log-cosh
+# ```{solution-start} ch6-log-cosh
 # :class: dropdown
+# ```
 #
 # With $a = |d|$, $\cosh d = \frac{e^{a}}{2}(1 + e^{-2a})$, so
 #
@@ -45,17 +48,21 @@ SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 # differences catch. The derivative is $\tanh d$, between $-1$ and $1$: like Smooth L1, an
 # outlier cannot pull harder than a unit gradient. Nothing else changes: the functor is the
 # whole loss; the header, the binding and `kernels/operators.py` make it an operator.
-# ```
 
 # %%
-show_source(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), fold=True)
+show_source(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), fold=False)
 
 # %% tags=["gpu"]
 assert run_exercise(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), check_log_cosh)
 
 # %% [markdown]
-# ```{solution} ch6-in-place
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch6-in-place
 # :class: dropdown
+# ```
 #
 # `opcheck`'s `test_aot_dispatch_dynamic` fails. AOTAutograd traces the forward and the
 # backward into two *functional* graphs, then partitions them: what the backward needs from
@@ -68,7 +75,6 @@ assert run_exercise(os.path.join(SOLUTIONS, "ch6_log_cosh.cu"), check_log_cosh)
 #
 # The cell below shows it without a GPU: a CPU op with the same shape of autograd formula, its
 # backward always writing in place.
-# ```
 
 # %%
 import torch.library
@@ -105,8 +111,13 @@ except Exception as error:
     print("opcheck fails:", ", ".join(re.findall(r"(test_\w+) failed", str(error))))
 
 # %% [markdown]
-# ```{solution} ch6-scale-cost
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch6-scale-cost
 # :class: dropdown
+# ```
 #
 # Per float32 element, `loss.backward()` alone moves the forward's bytes: MSE reads $p$ and $t$
 # and writes the gradient (12 bytes); Hinge reads $p$ (its target is one shared row) and writes
@@ -122,7 +133,6 @@ except Exception as error:
 # `grad_output` is: the scaled step then costs about the same as the plain one (ratio about
 # 1.0, against 2.0), for $\frac14$ byte more when `grad_output` is 1. MSE cannot do this: its
 # gradient $2(p - t)/n$ depends on both inputs, not on one bit.
-# ```
 
 # %% tags=["nbval-ignore-output"]
 import math
@@ -136,3 +146,7 @@ for name, predicted in (("mse", 20 / 12), ("hinge", 16 / 8)):
     at = {r["provider"]: r["ms"] for r in mine if r["shape"] == largest}
     print(f"{name}: predicted {predicted:.2f}, measured {at['ours, x1024'] / at['ours']:.2f} "
           f"at {largest}")
+
+# %% [markdown]
+# ```{solution-end}
+# ```

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from kernels import bench, losses, notebook, results
+from kernels import bench, losses, notebook, plot, results
 
 # `kernels.load` and `kernels.check` are the functions (kernels/__init__.py); the modules:
 load = importlib.import_module("kernels.load")
@@ -325,6 +325,51 @@ def test_speedup_table():
     assert lines[3] == "| v1 | 1 | 200 | 20% | 2.00x | 2.00x |"
     assert lines[4] == "| v2 | 0.5 | 400 | 40% | 2.00x | 4.00x |"
     assert len(lines) == 5  # "missing" has no row and is left out
+
+
+# --- plot ------------------------------------------------------------------------------------
+
+def _saved_width(fig, tmp_path):
+    """The PNG's width in pixels, saved as the notebooks' inline backend saves a figure."""
+    from PIL import Image
+
+    fig.savefig(tmp_path / "figure.png", bbox_inches="tight", dpi=fig.dpi)
+    with Image.open(tmp_path / "figure.png") as image:
+        return image.size[0]
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 2), (1, 3)])
+def test_figures_fit_the_book_column_with_legible_text(tmp_path, grid):
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    rows = results.load("ch4")
+    # As the chapters draw a grid: the panels share their axes, labelled once at the outside.
+    fig, axes = plot.subplots(*grid, squeeze=False, sharex=True, sharey=True)
+    for ax in axes.flat:
+        plot.plot_throughput(rows, "mse", ax=ax, show_legend=grid == (1, 1))
+        ax.label_outer()
+    if grid != (1, 1):
+        plot.legend(fig)
+    # The book's column is 819 px wide at a 1280 px window (tests/test_book.py).
+    assert _saved_width(fig, tmp_path) <= 819
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text() and t.get_visible()]
+    assert min(sizes) >= 10, "text below 10 pt is smaller than the book's small print"
+    plt.close(fig)
+
+
+def test_highlight_greys_the_other_lines_under_one_legend_entry():
+    import matplotlib.pyplot as plt
+
+    rows = results.load("ch4")
+    providers = ["eager", "torch.compile", "v1", "v2", "v3", "v5"]
+    ax = plot.plot_throughput(rows, "mse", providers, highlight=["eager", "torch.compile", "v5"])
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels == ["eager", "torch.compile", "v1, v2, v3", "v5"]
+    colours = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colours["v1, v2, v3"] == plot.CONTEXT["color"]
+    assert colours["v5"] == plot.colour("v5", 0) != plot.CONTEXT["color"]
+    plt.close(ax.figure)
 
 
 # --- notebook --------------------------------------------------------------------------------

@@ -34,11 +34,16 @@ def synced(py: Path):
     ipynb = py.with_suffix(".ipynb")
     if ipynb.exists():
         stored = nbformat.read(ipynb, as_version=4)
-        old = {(c.cell_type, c.source.strip()): c for c in stored.cells}
+        # Cells with the same source (the solutions' {solution-end} markers) are matched in
+        # order, each stored cell once: their ids stay unique, and stable from sync to sync.
+        old = {}
+        for c in stored.cells:
+            old.setdefault((c.cell_type, c.source.strip()), []).append(c)
         for cell in fresh.cells:
-            match = old.get((cell.cell_type, cell.source.strip()))
-            if match is None:
+            matches = old.get((cell.cell_type, cell.source.strip()))
+            if not matches:
                 continue
+            match = matches.pop(0)
             cell.id = match.get("id", cell.get("id"))  # stable ids keep the diffs small
             if cell.cell_type == "code":
                 cell.outputs = match.outputs

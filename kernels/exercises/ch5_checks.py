@@ -67,7 +67,7 @@ def _inputs(rows, classes, seed=SEED, scale=1.0, ignore_every=0, ignore_index=-1
 
 
 def check_ignore_index(kernel) -> bool:
-    """Exercise 1: rows whose target is ignore_index add nothing; the mean counts the others."""
+    """Exercise 5.1: rows whose target is ignore_index add nothing; the mean counts the others."""
     op = _op(kernel)
     ok = True
     for reduction in ("mean", "sum", "none"):
@@ -81,7 +81,7 @@ def check_ignore_index(kernel) -> bool:
 
 
 def check_online_softmax(kernel) -> bool:
-    """Exercise 2: the online softmax on random rows, large logits and rows whose max keeps rising."""
+    """Exercise 5.2: online softmax on random rows, large logits and rows whose max keeps rising."""
     import torch
 
     op = _op(kernel)
@@ -97,7 +97,7 @@ def check_online_softmax(kernel) -> bool:
 
 
 def check_label_smoothing(kernel) -> bool:
-    """Exercise 3: label smoothing, with and without ignored rows, for every reduction."""
+    """Exercise 5.3: label smoothing, with and without ignored rows, for every reduction."""
     op = _op(kernel)
     ok = True
     ok &= compare(op, "label_smoothing 0 (unchanged)", *_inputs(129, 1_001))

@@ -1,4 +1,4 @@
-// Chapter 5, exercise 1 (skeleton): cross-entropy that skips rows whose target is ignore_index.
+// Exercise 5.1 (skeleton): cross-entropy that skips rows whose target is ignore_index.
 //
 // One block per row, two passes over the row (max, then the sum of exp(x - max)), float32 logits
 // only. It computes the right loss for every row whose target is a class, but it knows nothing
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a, doubl
     const int64_t row = blockIdx.x;
     const float* x = static_cast<const float*>(a.logits) + row * a.classes;
     const int64_t t = a.target[row];
-    // TODO(exercise 1): an ignored row is valid input and adds nothing to the loss.
+    // TODO(exercise 5.1): an ignored row is valid input and adds nothing to the loss.
     const bool ignored = false;
     const bool bad = !ignored && (t < 0 || t >= a.classes);
 
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kFinalThreads) finish(CrossEntropyArgs a, cons
     long long count = 0;
     for (int64_t i = threadIdx.x; i < a.rows; i += kFinalThreads) {
         acc += losses[i];
-        count += 1;  // TODO(exercise 1): count only the rows that are not ignored
+        count += 1;  // TODO(exercise 5.1): count only the rows that are not ignored
     }
     for (int o = 16; o > 0; o >>= 1) {
         acc += __shfl_xor_sync(0xffffffffu, acc, o);

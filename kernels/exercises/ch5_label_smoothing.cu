@@ -1,10 +1,10 @@
-// Chapter 5, exercise 3 (skeleton): cross-entropy with label smoothing.
+// Exercise 5.3 (skeleton): cross-entropy with label smoothing.
 //
-// One block per row, two passes over the row, float32 logits only, ignore_index as in exercise 1.
+// One block per row, two passes over the row, float32 logits, ignore_index as in exercise 5.1.
 // With smoothing eps the target distribution puts 1 - eps on the target class and eps / C on
 // every class, so the loss of a row is
 //     (1 - eps) (lse - x_t) + (eps / C) sum_j (lse - x_j)  =  lse - (1 - eps) x_t - (eps / C) sum_j x_j.
-// This skeleton ignores eps and computes lse - x_t. TODO(exercise 3): take the sum of the row's
+// This skeleton ignores eps and computes lse - x_t. TODO(exercise 5.3): take the sum of the row's
 // logits in the second pass (no extra read of the row) and use the formula above.
 // The answer is in solutions/kernels/ch5_label_smoothing.cu.
 #include <cuda_runtime.h>
@@ -52,13 +52,13 @@ __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a, doubl
     for (int64_t j = threadIdx.x; j < a.classes; j += kThreads) {
         const float v = x[j];
         if (m != -INFINITY) s += expf(v - m);  // a row of -inf only: exp(-inf - -inf) is NaN
-        // TODO(exercise 3): also add up the row's logits here
+        // TODO(exercise 5.3): also add up the row's logits here
     }
     s = block_reduce<false>(s, shared);
 
     if (threadIdx.x == 0) {
         const float lse = m + logf(s);
-        // TODO(exercise 3): the smoothed loss lse - (1 - eps) x_t - (eps / C) sum_j x_j,
+        // TODO(exercise 5.3): the smoothed loss lse - (1 - eps) x_t - (eps / C) sum_j x_j,
         // with eps = a.label_smoothing
         const float loss = ignored || bad ? 0.0f : lse - x[t];
         if (bad) *a.bad_target = 1;

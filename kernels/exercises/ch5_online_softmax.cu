@@ -1,10 +1,10 @@
-// Chapter 5, exercise 2 (skeleton): the log-sum-exp of a row in one pass (online softmax).
+// Exercise 5.2 (skeleton): the log-sum-exp of a row in one pass (online softmax).
 //
 // One block per row, float32 logits only. Each thread keeps a running max m and a running sum
 // s = sum exp(x - m) over the logits it has seen; when a larger logit arrives, the sum so far is
 // rescaled to the new max: s <- s * exp(m - m') + exp(x - m'). Threads then merge their (m, s)
 // pairs with the same rule (merge, written for you). The row is read once instead of twice.
-// TODO(exercise 2): online_update below forgets the rescale; derive it on paper, then fix it.
+// TODO(exercise 5.2): online_update below forgets the rescale; derive it on paper, then fix it.
 // The answer is in solutions/kernels/ch5_online_softmax.cu.
 #include <cuda_runtime.h>
 #include <math.h>
@@ -24,7 +24,7 @@ struct MaxSum {
 __device__ __forceinline__ void online_update(MaxSum& r, float x) {
     const float m_new = fmaxf(r.m, x);
     if (m_new == -INFINITY) return;  // only -inf so far: exp(-inf - -inf) would be NaN
-    // TODO(exercise 2): r.s was a sum of exp(x_i - r.m); after this line it must be a sum of
+    // TODO(exercise 5.2): r.s was a sum of exp(x_i - r.m); after this line it must be a sum of
     // exp(x_i - m_new) over every logit seen, x included.
     r.s = r.s + expf(x - m_new);
     r.m = m_new;

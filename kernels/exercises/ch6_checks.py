@@ -60,7 +60,7 @@ def _case(ops, label, pred, target, reduction, rtol) -> bool:
 
 
 def check_log_cosh(kernel) -> bool:
-    """Exercise 1: log-cosh, forward and backward, small and huge differences, three dtypes."""
+    """Exercise 6.1: log-cosh, forward and backward, small and huge differences, three dtypes."""
     import torch
 
     from kernels.operators import LossOps

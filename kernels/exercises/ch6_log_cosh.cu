@@ -8,7 +8,7 @@
 // that sums the loss and writes d loss / d p, float32 / bfloat16 / float16, the three
 // reductions, the in-place backward; kernels/operators.py adds its fake kernel and autograd.
 //
-// TODO(exercise 1): operator() returns d * d and grad() returns 0. Write log(cosh(d)) so that it
+// TODO(exercise 6.1): operator() returns d * d and grad() returns 0. Write log(cosh(d)) so that it
 // does not overflow for |d| > 89 (cosh(89) is beyond float32), and its derivative.
 #include "fused_loss.cuh"
 
@@ -16,10 +16,10 @@ struct LogCoshLoss {
     static constexpr bool kBroadcastTarget = false;
     __device__ __forceinline__ float operator()(float p, float t) const {
         const float d = p - t;
-        return d * d;  // TODO(exercise 1): log(cosh(d)), safe for large |d|
+        return d * d;  // TODO(exercise 6.1): log(cosh(d)), safe for large |d|
     }
     __device__ __forceinline__ float grad(float p, float t) const {
-        return 0.0f;  // TODO(exercise 1): d/dp log(cosh(p - t))
+        return 0.0f;  // TODO(exercise 6.1): d/dp log(cosh(p - t))
     }
 };
 

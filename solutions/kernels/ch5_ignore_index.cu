@@ -1,4 +1,4 @@
-// Chapter 5, exercise 1 (solution): cross-entropy that skips rows whose target is ignore_index.
+// Exercise 5.1 (solution): cross-entropy that skips rows whose target is ignore_index.
 //
 // One block per row, two passes over the row (max, then the sum of exp(x - max)), float32 logits
 // only. What the exercise adds to the skeleton (kernels/exercises/ch5_ignore_index.cu):

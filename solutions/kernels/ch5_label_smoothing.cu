@@ -1,6 +1,6 @@
-// Chapter 5, exercise 3 (solution): cross-entropy with label smoothing.
+// Exercise 5.3 (solution): cross-entropy with label smoothing.
 //
-// One block per row, two passes over the row, float32 logits only, ignore_index as in exercise 1.
+// One block per row, two passes over the row, float32 logits, ignore_index as in exercise 5.1.
 // With smoothing eps the target distribution puts 1 - eps on the target class and eps / C on
 // every class, so the loss of a row is
 //     (1 - eps) (lse - x_t) + (eps / C) sum_j (lse - x_j)  =  lse - (1 - eps) x_t - (eps / C) sum_j x_j.

@@ -1,4 +1,4 @@
-// Chapter 5, exercise 2 (solution): the log-sum-exp of a row in one pass (online softmax).
+// Exercise 5.2 (solution): the log-sum-exp of a row in one pass (online softmax).
 //
 // One block per row, float32 logits only. Each thread keeps a running max m and a running sum
 // s = sum exp(x - m) over the logits it has seen; when a larger logit arrives, the sum so far is

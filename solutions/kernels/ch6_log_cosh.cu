@@ -1,4 +1,4 @@
-// Solution (chapter 6, exercise 1): log-cosh as a fused loss operator.
+// Solution to exercise 6.1: log-cosh as a fused loss operator.
 //
 // log(cosh(d)) = |d| + log((1 + e^(-2|d|)) / 2) = |d| + log1p(e^(-2|d|)) - log 2: e^(-2|d|) is at
 // most 1, so nothing overflows, and log1p keeps the digits for large |d| where the term is tiny.
