@@ -1,0 +1,343 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation: {extension: .py, format_name: percent}
+#   kernelspec: {display_name: Python 3, language: python, name: python3}
+# ---
+
+# %% tags=["hide-input"]
+# Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
+import os, subprocess, sys
+REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
+if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+    subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
+ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# %% [markdown]
+# # Chapter 8: the loss across GPUs
+#
+# When a model outgrows one GPU, so does its loss. Two things change, and both go wrong in
+# practice:
+#
+# - **The rows are split** (data parallelism): each GPU computes the loss of its own batch.
+#   The mean over the whole batch is *not* the mean of the GPUs' means whenever the GPUs count
+#   different numbers of tokens, which is the rule rather than the exception: padding and
+#   `ignore_index` differ from batch to batch.
+# - **The vocabulary is split** (tensor parallelism): a language model's output layer is so
+#   large that each GPU holds only some of the classes of every row. No GPU can compute a
+#   row's log-sum-exp alone, and none should receive the others' logits: they are gigabytes.
+#
+# This chapter computes both with the course's kernels and `torch.distributed` over NCCL, the
+# communication library PyTorch uses on NVIDIA GPUs. Per row, three floats cross the link,
+# against hundreds of thousands of logits; on two H200s the loss's forward and backward run
+# nearly twice as fast as on one (measured below).
+#
+# Every distributed cell also runs on CPU processes with the `gloo` backend, which computes the
+# same collectives without a GPU: the chapter's logic can be followed on a laptop.
+
+# %%
+import json
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import Markdown
+
+from kernels import plot, ranks, results
+from kernels.exercises.ch8_checks import check_one_collective
+from kernels.notebook import show_source
+from kernels.vocab_parallel import cross_entropy, shard_bounds
+
+# %% [markdown]
+# ## One process per GPU
+#
+# A collective operation (an all-reduce, an all-gather) is called by every *rank*, one
+# process per GPU, and returns when all of them have taken part. A notebook is one process,
+# so the distributed work of this chapter lives in `kernels/ranks.py`: its tasks run in every
+# rank, started by `torchrun` (`python -m torch.distributed.run`), which gives each process its
+# rank and the address of the others. `launch` starts them, waits, and returns what rank 0
+# wrote:
+
+# %%
+show_source("ranks.py", "def launch(", "        return json.loads")
+
+# %% [markdown]
+# Each rank joins the process group, binds its GPU, and from then on every collective of the
+# task involves all ranks:
+
+# %%
+show_source("ranks.py", "class Context:", "    def say(")
+
+# %% [markdown]
+# On the machines this course's outputs come from, NVLink *multicast* (NVLS, which lets NCCL
+# reduce inside the NVSwitch) stays off: a program using it can take a shared host's GPUs out
+# of service. `launch` sets `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and
+# `NVSHMEM_DISABLE_NVLS=1` in every process it starts; the check below reports it from every
+# rank. The GPUs of this run:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+GPUS = torch.cuda.device_count()
+for i in range(GPUS):
+    print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
+print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
+      .split("\n\n")[0])
+
+# %% [markdown]
+# `NV18` between the two GPUs: 18 NVLink links, 450 GB/s each way by NVIDIA's figures, against
+# 4.8 TB/s from each GPU's own memory. Moving logits between GPUs would cost ten times more
+# than reading them; the statistics of a row cost nothing.
+#
+# ## The data-parallel mean
+#
+# Rank $r$ holds rows whose losses are $\ell_{r,i}$, of which $n_r$ count (the others are
+# padding, `ignore_index`). The loss of the whole batch is
+#
+# $$ L = \frac{\sum_r \sum_i \ell_{r,i}}{\sum_r n_r}, \qquad\text{not}\qquad
+#    \frac{1}{R}\sum_r \frac{\sum_i \ell_{r,i}}{n_r}. $$
+#
+# The right-hand form, each rank's `F.cross_entropy(..., reduction="mean")` averaged over the
+# ranks (what averaging a data-parallel loss does by default), weighs a token of a heavily
+# padded batch more than a token of a full one. The fix costs one all-reduce of two numbers per
+# rank: its sum and its count, in float64 so that the sum of many ranks' partial sums loses
+# nothing, and in NCCL's fixed order so that every rank gets the same bits.
+
+# %%
+show_source("vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
+
+# %% [markdown]
+# Each rank's sum comes from the kernel of this chapter (below) in one pass over its logits;
+# here the ranks differ in padding (10 % and 70 % of the rows ignored) and in how hard their
+# rows are (short, heavily padded documents are often easier), as real batches do:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+mean_run = ranks.launch("global_mean", GPUS)
+
+# %% [markdown]
+# The mean of means is off by tens of percent: not a rounding error but a different loss, and
+# its gradient trains a different model. The global mean matches the float64 reference to
+# float32 precision, has the same bits on both GPUs, and the same bits run after run.
+#
+# The same runs on three CPU processes over gloo (the statistics then come from PyTorch in
+# float64), with a third batch:
+
+# %%
+cpu_mean_run = ranks.launch("global_mean", 3, backend="gloo", rows=512, vocab=1000)
+
+# %% [markdown]
+# ## Vocab-parallel cross-entropy
+#
+# A language model's last layer gives every token a logit per word of the vocabulary. At the
+# sizes models train with, the logits of one step are gigabytes:
+
+# %%
+VOCABULARIES = {"Llama 2": 32000, "GPT-4o (o200k)": 200019, "Llama 3": 128256,
+                "Qwen 2.5": 151936, "Gemma": 256000}
+TOKENS = 8192
+lines = ["| model | vocabulary | logits of 8192 tokens, bf16 | a row, bf16 |",
+         "| --- | ---: | ---: | ---: |"]
+for name, vocab in sorted(VOCABULARIES.items(), key=lambda item: item[1]):
+    lines.append(f"| {name} | {vocab:,} | {TOKENS * vocab * 2 / 2**30:.1f} GiB "
+                 f"| {vocab * 2 / 1024:.0f} KiB |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# With the output layer split by vocabulary over $R$ GPUs (Megatron-LM's tensor parallelism),
+# rank $r$ computes the logits of its columns $[s_r, s_r + c_r)$ only. The loss of row $i$ needs
+# the log-sum-exp over all columns. Each rank reduces its shard to a max $m_r$ and a sum
+# $S_r = \sum_{j \in r} e^{x_j - m_r}$ (chapter 5's online softmax: one read); then
+#
+# $$ M = \max_r m_r, \qquad \operatorname{lse} = M + \log \sum_r S_r\, e^{m_r - M}, \qquad
+#    \ell = \operatorname{lse} - (1-\varepsilon)\,x_t - \frac{\varepsilon}{V}\sum_j x_j, $$
+#
+# where the target's logit $x_t$ comes from the one rank whose shard holds $t$ (the others add
+# 0), and the sum of the logits is needed only with label smoothing $\varepsilon$. So the ranks
+# exchange, per row: the max (an all-reduce with `MAX`), then the rescaled sum and the target
+# logit (an all-reduce with `SUM` of two floats, three with smoothing). Each rank then writes the
+# gradient of its own columns, $(\mathrm{softmax} - (1-\varepsilon)\,\mathrm{onehot} -
+# \varepsilon/V)$ times the upstream gradient over the count, with no further communication.
+#
+# The kernels of one rank: `shard_stats` (one read of the shard) and `shard_grad` (one read,
+# one write):
+
+# %%
+show_source("ch8_multi_gpu/vocab_shard.cu", "// Chapter 8", "#include <cuda_bf16.h>")
+
+# %%
+show_source("ch8_multi_gpu/vocab_shard.cu")
+
+# %% [markdown]
+# Between them, the communication, in PyTorch:
+
+# %%
+show_source("vocab_parallel.py", "def row_log_sum_exp", "    return lse, sums[1]")
+
+# %% [markdown]
+# and the autograd function that strings the steps together: the forward saves the logits and
+# each row's log-sum-exp; the backward turns the upstream gradient into one scale per row
+# (zero on ignored rows) and runs `shard_grad`.
+
+# %%
+show_source("vocab_parallel.py", "class _ShardedCrossEntropy", "        return grad, None, None")
+
+# %% [markdown]
+# ## Correct on every rank
+#
+# `check` builds a whole problem on every rank, gives each rank its share (of the columns, or
+# of the rows), and compares the loss and the gradient of each rank's share with PyTorch's
+# cross-entropy in float64 on the whole problem: irregular vocabularies (5003 classes split
+# into uneven shards), ignored rows, label smoothing, the three reductions, three dtypes.
+# "same bits" compares the loss of every rank bit for bit.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+check_run = ranks.launch("check", GPUS)
+assert all(case["passed"] for case in check_run["cases"])
+
+# %% [markdown]
+# The errors are those of the dtype the gradient is written in (bfloat16 keeps 8 bits). On CPU
+# processes, in float64, with three uneven shards:
+
+# %%
+cpu_check_run = ranks.launch("check", 3, backend="gloo")
+
+# %% [markdown]
+# ## Measured on two GPUs
+#
+# The timing task runs forward and backward of a bf16 cross-entropy at language-model sizes:
+# 8192 tokens over Gemma's 256000 words, and 16384 over Llama 3's 128256 (4.2 GB of logits
+# each). It times the same kernels with the vocabulary on one GPU and split over two, the time
+# of a step being the slowest rank's. On one GPU it also times chapter 5's cross-entropy and
+# PyTorch's on the whole vocabulary. Bandwidths count the least a forward and backward must
+# move, reading the logits and writing their gradient once, over all GPUs.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+one_gpu = ranks.launch("time", 1)
+two_gpus = ranks.launch("time", GPUS)
+results.save(ranks.results_rows(one_gpu, two_gpus), "ch8")
+scaling = ranks.scaling(one_gpu, two_gpus)
+for s in scaling:
+    print(f"{s['verdict']}: {s['shape']} on {s['gpus']} GPUs: {s['speedup']:.2f}x one GPU "
+          f"(efficiency {s['efficiency']:.0%}), target >= {ranks.SCALING_TARGET}x")
+
+# %% tags=["nbval-ignore-output"]
+rows = results.load("ch8")
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+ORDER = ["PyTorch eager, 1 GPU", "course v3 (chapter 5), 1 GPU", "vocab-parallel, 1 GPU",
+         f"vocab-parallel, {two_gpus['ranks']} GPUs"]
+fig, axes = plot.subplots(1, len(shapes), height=3.8, sharey=True)
+axes[0].invert_yaxis()  # once: the panels share their y axis
+for ax, shape in zip(axes, shapes):
+    mine = {r["provider"]: r for r in results.select(rows, shape=shape)}
+    names = [p for p in ORDER if p in mine]
+    bars = ax.barh(range(len(names)), [mine[p]["ms"] for p in names],
+                   color=[f"C{i}" for i in range(len(names))])
+    ax.bar_label(bars, fmt="%.2f ms", padding=3, fontsize=10)
+    ax.set_yticks(range(len(names)), [p.replace(", ", "\n") for p in names])
+    # The bound: the logits read and their gradient written once, at the read bandwidth.
+    bound = mine[names[0]]["bytes"] / (mine[names[0]]["peak_gbps"] * 1e9) * 1e3
+    for gpus, style in ((1, ":"), (two_gpus["ranks"], "--")):
+        ax.axvline(bound / gpus, color="black", linewidth=1, linestyle=style,
+                   label=f"read + write once, {gpus} GPU{'s' if gpus > 1 else ''}")
+    ax.set_title(f"{shape[0]} x {shape[1]} bf16")
+    ax.set_xlabel("forward + backward, ms")
+    ax.set_xlim(0, max(mine[p]["ms"] for p in names) * 1.3)
+    ax.grid(axis="y", visible=False)
+plot.legend(fig, ncols=2)
+fig.suptitle(f"Cross-entropy over a split vocabulary on {rows[0]['gpu']}")
+plt.show()
+
+# %% [markdown]
+# Splitting the vocabulary over two GPUs nearly halves the step: each GPU reads and writes
+# half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 (GPU time
+# per step, µs):
+
+# %% tags=["nbval-ignore-output"]
+table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other | all-reduces alone |",
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+for run in (one_gpu, two_gpus):
+    comm = {r["shape"]: r["comm_ms"] for r in run["rows"]}
+    for shape, kinds in run["profiles"].items():
+        rows_, vocab = (int(d) for d in shape.split("x"))
+        shard_bytes = rows_ * vocab * 2 / run["ranks"]  # bf16: what each GPU reads
+        table.append(f"| {run['ranks']} GPU{'s' if run['ranks'] > 1 else ''} | {shape} | "
+                     f"{kinds['shard_stats']:.0f} | {shard_bytes / kinds['shard_stats'] / 1e3:.0f} | "
+                     f"{kinds['shard_grad']:.0f} | {2 * shard_bytes / kinds['shard_grad'] / 1e3:.0f} | "
+                     f"{kinds['nccl']:.0f} | {kinds['other']:.0f} | {comm[shape] * 1e3:.0f} |")
+print(f"read bandwidth of the slowest GPU (torch.sum of 4 GiB): {one_gpu['peak_gbps']:.0f} GB/s")
+Markdown("\n".join(table))
+
+# %% [markdown]
+# - `shard_grad` takes about twice `shard_stats`: it reads the shard and writes as many bytes;
+#   `shard_stats` only reads. Both move their bytes close to the GPU's read bandwidth (the GB/s
+#   columns count what each kernel reads and writes).
+# - The communication is tiny: three floats per row, 96 KiB per rank for 8192 rows, about 20 µs,
+#   about 1 % of a step. An all-reduce inside a step can take longer than alone: it starts when
+#   both ranks have called it, so its time includes waiting for the slower rank.
+# - "other" is PyTorch's small per-row work between the kernels (rescaling the sums, the loss of
+#   each row, the per-row scales of the gradient): a few µs each.
+#
+# So the scaling efficiency is set by what is *not* split: the all-reduces' latency, the
+# per-row work, and the wait for the slower rank. At these sizes they cost 4-5 %; with fewer
+# rows per GPU they would cost relatively more (exercise 8.3).
+#
+# One more comparison from the same run: on one GPU, this chapter's two kernels are as fast as
+# chapter 5's final cross-entropy, and both are three times as fast as PyTorch's. Neither
+# reaches the bound of one read and one write: both read the logits twice (once for the
+# statistics, once for the gradient), because a row of 256000 logits does not fit on one SM.
+# Keeping it on chip across a cluster of SMs is the next step.
+#
+# ## Summary
+#
+# - A loss over split rows needs the global sum and the global count: one all-reduce of two
+#   float64 numbers gives every rank the exact mean, with the same bits. The mean of the ranks'
+#   means is a different, wrong loss whenever ranks count different numbers of tokens.
+# - A loss over a split vocabulary needs, per row, the max and the rescaled sum of
+#   exponentials of every shard, and the target's logit from the shard that owns it: three
+#   floats per row cross the link, and each rank writes the gradient of its own shard.
+# - Measured on two H200s: nearly twice the throughput of the same kernels on one GPU (the
+#   PASS lines above), with the communication about 1 % of the step.
+#
+# ## Exercises
+#
+# Solutions are in {doc}`../solutions/ch8_solutions`.
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch8-one-collective
+#
+# The forward makes two collective calls per step: the max, then the sums. Each pays NCCL's
+# latency, and the second cannot start before the first has returned. Write
+# `row_log_sum_exp` with **one** collective: gather every rank's four statistics per row
+# (`dist.all_gather`), then combine them on every rank. `kernels/exercises/ch8_one_collective.py`
+# holds the function to write. The check runs the chapter's cases on three CPU processes over
+# gloo (no GPU needed). How many bytes does each rank receive, compared with the two
+# all-reduces, for 2 ranks and for 64?
+# ```
+
+# %%
+show_source("exercises/ch8_one_collective.py")
+
+# %%
+check_one_collective(os.path.join(ROOT, "kernels", "exercises", "ch8_one_collective.py"))
+
+# %% [markdown]
+# ```{exercise}
+# :label: ch8-ddp-scale
+#
+# With `torch.nn.parallel.DistributedDataParallel`, each rank calls `backward()` on its own
+# loss, and DDP then *averages* the ranks' gradients of the weights. If each rank's loss is the
+# global mean of this chapter (the same value on every rank), by what must it be multiplied so
+# that the averaged gradient is the gradient of the global mean? Derive it, then check it
+# without a GPU: simulate two ranks by splitting a batch's rows in one process.
+# ```
+#
+# ```{exercise}
+# :label: ch8-where-scaling-stops
+#
+# From the table of the profiler above, model a step's time on $R$ GPUs as the split work
+# (the two kernels, divided by $R$) plus what is not split (the all-reduces and the per-row
+# work). At how many rows per GPU (vocabulary 128256, bf16) would two GPUs no longer reach
+# 1.8x? What would you change first to push that point down?
+# ```

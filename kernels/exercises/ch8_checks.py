@@ -1,0 +1,36 @@
+"""Checks for chapter 8's exercises: one PASS or FAIL line per case, never an exception.
+
+``check_one_collective(path)`` runs chapter 8's check cases (``kernels.ranks.CHECK_CASES``) on
+CPU processes over gloo, with ``row_log_sum_exp`` taken from the file at ``path``, and compares
+losses and gradients with PyTorch's cross-entropy in float64. No GPU is needed, and the lines
+hold no measured number, so the stored output is the same on every machine.
+"""
+
+from __future__ import annotations
+
+from .ch5_checks import summary
+
+
+def check_one_collective(path, processes: int = 3) -> bool:
+    from kernels.ranks import launch
+
+    try:
+        result = launch("check", processes, backend="gloo", echo=False, lse_file=str(path))
+    except RuntimeError as error:
+        lines = [line for line in str(error).splitlines()
+                 if "Error" in line and "ChildFailedError" not in line]
+        print(f"FAIL  the ranks stopped: {lines[-1].strip() if lines else error}")
+        summary(False)
+        return False
+    ok = True
+    for case in result["cases"]:
+        label = (f"{case['split']} split over {processes} ranks, {case['rows']} x {case['vocab']}, "
+                 f"{case['reduction']}, smoothing {case.get('smoothing', 0)}")
+        verdict = "PASS" if case["passed"] else "FAIL"
+        why = "" if case["passed"] else (
+            "  (not the same bits on every rank)" if not case["same_bits"] else
+            "  (loss or gradient differs from float64)")
+        print(f"{verdict}  {label}{why}")
+        ok &= case["passed"]
+    summary(ok)
+    return ok
