@@ -285,6 +285,7 @@ def task_time(ctx: Context, options: dict) -> dict:
     peak = -ctx.slowest(-read_bandwidth())  # the smallest of the GPUs' read bandwidths, GB/s
     group = dist.group.WORLD
     rows_out, profiles = [], {}
+    ctx.say("bf16 logits; GB/s: the logits read and their gradient written once, over all GPUs")
     for rows, vocab in sizes:
         start, stop = shard_bounds(vocab, ctx.rank, ctx.world)
         gen = torch.Generator(device=ctx.device).manual_seed(1000 + ctx.rank)
@@ -320,12 +321,12 @@ def task_time(ctx: Context, options: dict) -> dict:
             rows_out.append(dict(provider=provider, shape=shape, bytes=minimum, ms=ms,
                                  gbps=minimum / (ms * 1e-3) / 1e9, comm_ms=comm_ms,
                                  comm_bytes=3 * 4 * rows))
-            ctx.say(f"{shape:>13} bf16  {provider:<30} {ms:7.3f} ms  "
-                    f"{minimum / (ms * 1e-3) / 1e9:6.0f} GB/s (read + write once, all GPUs)")
+            ctx.say(f"{shape:>13}  {provider:<30} {ms:7.3f} ms "
+                    f"{minimum / (ms * 1e-3) / 1e9:6.0f} GB/s")
         if ctx.world > 1:
-            ctx.say(f"{shape:>13}       the two all-reduces alone: {comm_ms * 1e3:6.1f} µs "
-                    f"for {3 * 4 * rows / 1024:.0f} KiB per rank (3 floats per row)")
-        ctx.say(f"{shape:>13}       rank 0's GPU time per step (µs): " +
+            ctx.say(f"{shape:>13}  the two all-reduces alone: {comm_ms * 1e3:5.1f} µs, "
+                    f"{3 * 4 * rows / 1024:.0f} KiB per rank")
+        ctx.say(f"{shape:>13}  rank 0, GPU µs per step: " +
                 ", ".join(f"{k} {v:.0f}" for k, v in kinds.items()))
         del logits
         torch.cuda.empty_cache()
