@@ -123,7 +123,7 @@ mean_run = ranks.launch("global_mean", GPUS)
 # The same runs on three CPU processes over gloo (the statistics then come from PyTorch in
 # float64), with a third batch:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 cpu_mean_run = ranks.launch("global_mean", 3, backend="gloo", rows=512, vocab=1000)
 
 # %% [markdown]
@@ -199,7 +199,7 @@ assert all(case["passed"] for case in check_run["cases"])
 # The errors are those of the dtype the gradient is written in (bfloat16 keeps 8 bits). On CPU
 # processes, in float64, with three uneven shards:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 cpu_check_run = ranks.launch("check", 3, backend="gloo")
 
 # %% [markdown]
@@ -221,7 +221,7 @@ for s in scaling:
     print(f"{s['verdict']}: {s['shape']} on {s['gpus']} GPUs: {s['speedup']:.2f}x one GPU "
           f"(efficiency {s['efficiency']:.0%}), target >= {ranks.SCALING_TARGET}x")
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["gpu", "nbval-ignore-output"]
 rows = results.load("ch8")
 shapes = list(dict.fromkeys(r["shape"] for r in rows))
 ORDER = ["PyTorch eager, 1 GPU", "course v3 (chapter 5), 1 GPU", "vocab-parallel, 1 GPU",
@@ -253,7 +253,7 @@ plt.show()
 # half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 (GPU time
 # per step, µs):
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["gpu", "nbval-ignore-output"]
 table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other | all-reduces alone |",
          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 for run in (one_gpu, two_gpus):
