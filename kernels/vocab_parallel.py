@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from .cross_entropy import validate_targets
 from .operators import REDUCTIONS
 
 KERNEL_FILE = "ch8_multi_gpu/vocab_shard.cu"
@@ -104,18 +105,9 @@ def _owned(target, vocab_start: int, cols: int, ignore_index: int):
     return owned, torch.where(owned, local, torch.zeros_like(local))
 
 
-def _check_targets(target, vocab_size: int, ignore_index: int) -> None:
-    bad = (target != ignore_index) & ((target < 0) | (target >= vocab_size))
-    if bad.any():
-        row = int(bad.nonzero()[0, 0])
-        raise IndexError(f"cross_entropy: target {int(target[row])} of row {row} is out of range; "
-                         f"every target must be in [0, {vocab_size}) or equal ignore_index "
-                         f"({ignore_index})")
-
-
 def reference_stats(logits, target, vocab_start, vocab_size, ignore_index=-100, want_sum=False):
     """:func:`shard_stats` computed by PyTorch in float64 (raises IndexError on a bad target)."""
-    _check_targets(target, vocab_size, ignore_index)
+    validate_targets(target, vocab_size, ignore_index)
     x = logits.double()
     top = x.max(dim=1).values
     sum_exp = torch.exp(x - top[:, None]).sum(dim=1)
