@@ -9,9 +9,6 @@ from kernels.vocab_parallel import reference_grad, reference_stats, shard_grad, 
 
 pytestmark = pytest.mark.gpu
 
-TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-
-
 def _shard(rows, cols, dtype, seed=0, masked=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = (4 * torch.randn(rows, cols, device="cuda", generator=g)).to(dtype)
@@ -60,7 +57,7 @@ def test_shard_grad_matches_float64(dtype, cols, start, smoothing):
     assert got.dtype == dtype and got.shape == x.shape
     assert torch.all(got[1] == 0)
     error = (got.double().cpu() - want.double()).abs().max() / want.double().abs().max()
-    assert error <= TOLERANCE[dtype]
+    assert error <= ranks.TOLERANCE[dtype]
 
 
 def test_bad_input_raises():
