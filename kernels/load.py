@@ -57,11 +57,14 @@ BINDINGS = {
     "VocabShardArgs": ("vocab_shard.cpp", "shard_stats_op", "SHARD_STATS_SCHEMA"),
 }
 # Ops of one binding that take another schema, chosen by the end of the op's name (cross-entropy's
-# backward ops): struct -> {suffix: (template, schema macro)}.
+# backward ops): struct -> {suffix: (template, schema macro[, binding file])}. A binding file named
+# here is compiled after the struct's binding only for a kernel file that defines such an op.
 OP_VARIANTS = {
     "CrossEntropyArgs": {
         "_backward": ("cross_entropy_backward_op", "CROSS_ENTROPY_BACKWARD_SCHEMA"),
         "_scale_grad": ("cross_entropy_scale_grad_op", "CROSS_ENTROPY_SCALE_GRAD_SCHEMA"),
+        "_into_logits": ("cross_entropy_into_logits_op", "CROSS_ENTROPY_INTO_LOGITS_SCHEMA",
+                         "cross_entropy_into_logits.cpp"),
     },
     "FusedLossArgs": {
         "_scale_grad": ("fused_loss_scale_grad_op", "FUSED_LOSS_SCALE_GRAD_SCHEMA"),
@@ -69,6 +72,7 @@ OP_VARIANTS = {
     "VocabShardArgs": {"_grad": ("shard_grad_op", "SHARD_GRAD_SCHEMA")},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+INCLUDE_CU = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+\.cu)"[ \t]*$', re.MULTILINE)
 LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')
 
 
@@ -131,7 +135,7 @@ def registration(library: str, launchers: list[tuple[str, str]]) -> str:
     def variant(op):
         for suffix, found in OP_VARIANTS.get(struct, {}).items():
             if op.endswith(suffix):
-                return found
+                return found[:2]
         return template, schema
 
     lines = [f'extern "C" cudaError_t {op}_launch(const {struct}*, cudaStream_t);'
@@ -183,6 +187,29 @@ def included_headers(texts) -> list[Path]:
     return sorted(found)
 
 
+def splice_kernel_files(path: Path, text: str, spliced: dict) -> str:
+    """Replace each ``#include "<other version>.cu"`` by that file's text (recursively).
+
+    A later version may build on an earlier one by including its file (chapter 7's version 4
+    includes chapter 5's version 3); ``load_inline`` compiles a single text, so the loader splices
+    it in, with ``#line`` markers that keep the compiler's messages pointing at the right file.
+    ``spliced`` collects the files read, for the build's hash and the notebooks' provenance.
+    """
+    def splice(match):
+        included = (path.parent / match.group(1)).resolve()
+        if not included.is_file():
+            raise FileNotFoundError(f"{path.name} includes {match.group(1)}: no such file")
+        if included in spliced:
+            raise ValueError(f"{included.name} is included twice (or includes itself)")
+        spliced[included] = included.read_text()
+        line = text.count("\n", 0, match.start()) + 2  # the line after the #include
+        return (f'#line 1 "{included.name}"\n'
+                f"{splice_kernel_files(included, spliced[included], spliced)}\n"
+                f'#line {line} "{path.name}"')
+
+    return INCLUDE_CU.sub(splice, text)
+
+
 @dataclass(frozen=True)
 class Sources:
     """Everything that goes into one build, each file read once."""
@@ -193,22 +220,35 @@ class Sources:
     binding: Path
     binding_text: str
     headers: dict  # Path -> text
+    file_text: str  # the file itself, before splicing
+    spliced: dict = field(default_factory=dict)  # earlier versions' .cu files included: Path -> text
+    extra_bindings: dict = field(default_factory=dict)  # OP_VARIANTS' binding files: Path -> text
 
     @classmethod
     def read(cls, path: Path) -> "Sources":
-        cuda_text = path.read_text()
+        spliced = {}
+        file_text = path.read_text()
+        cuda_text = splice_kernel_files(path, file_text, spliced)
         launchers = find_launchers(cuda_text)
-        binding = BINDINGS_DIR / BINDINGS[launchers[0][1]][0]
+        struct = launchers[0][1]
+        binding = BINDINGS_DIR / BINDINGS[struct][0]
         binding_text = binding.read_text()
-        headers = {h: h.read_text() for h in included_headers([cuda_text, binding_text])}
-        return cls(path, cuda_text, launchers, binding, binding_text, headers)
+        extra = sorted({BINDINGS_DIR / found[2] for op, _ in launchers
+                        for suffix, found in OP_VARIANTS.get(struct, {}).items()
+                        if op.endswith(suffix) and len(found) > 2})
+        extra_bindings = {f: f.read_text() for f in extra}
+        headers = {h: h.read_text()
+                   for h in included_headers([cuda_text, binding_text, *extra_bindings.values()])}
+        return cls(path, cuda_text, launchers, binding, binding_text, headers, file_text, spliced,
+                   extra_bindings)
 
     def build_name(self, archs) -> str:
         """A library name unique to the sources, the architectures and the torch version."""
         import torch
 
         digest = hashlib.sha256()
-        for text in [self.cuda_text, self.binding_text, *self.headers.values(), ",".join(archs),
+        for text in [self.cuda_text, self.binding_text, *self.extra_bindings.values(),
+                     *self.headers.values(), ",".join(archs),
                      torch.__version__]:
             digest.update(text.encode())
             digest.update(b"\0")
@@ -273,8 +313,8 @@ def _record_sources(sources: Sources) -> None:
     log = os.environ.get("KERNELS_SOURCES_LOG")
     if not log:
         return
-    texts = {sources.path: sources.cuda_text, sources.binding: sources.binding_text,
-             **sources.headers}
+    texts = {sources.path: sources.file_text, sources.binding: sources.binding_text,
+             **sources.headers, **sources.spliced, **sources.extra_bindings}
     with open(log, "a") as handle:
         for file, text in texts.items():
             rel = file.relative_to(KERNELS_DIR.parent).as_posix()
@@ -309,7 +349,8 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
         try:
             load_inline(
                 name=name,
-                cpp_sources=[sources.binding_text, registration(name, sources.launchers)],
+                cpp_sources=[sources.binding_text, *sources.extra_bindings.values(),
+                             registration(name, sources.launchers)],
                 cuda_sources=[sources.cuda_text],
                 extra_include_paths=[str(COMMON_DIR)],
                 # The binding only checks tensors and calls the launcher: optimising it saves

@@ -51,3 +51,20 @@ def show_source(source, start: str | None = None, end: str | None = None,
     what = "lines" if start is None else "lines shown"
     return Markdown(f'<details class="listing"><summary>{shown} ({len(lines)} {what}: click to '
                     f"open)</summary>\n\n{code}\n\n</details>")
+
+
+def kernels_launched(fn, pattern: str = r"\w+") -> list[str]:
+    """The names (matching ``pattern``) of the CUDA kernels one call of ``fn()`` launches.
+
+    Read from the profiler's trace, so it says what ran, not what a dispatch rule predicts.
+    """
+    import re
+
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    found = (re.search(r"\b(" + pattern + r")\b", e.name) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA)
+    return sorted({m.group(1) for m in found if m})

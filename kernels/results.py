@@ -60,6 +60,31 @@ def load(chapter: str, path: Path | None = None) -> list[dict]:
     return rows
 
 
+def save_table(rows: list[dict], name: str) -> Path:
+    """Write rows of any columns (those of the first row) to ``<results>/<name>.csv``."""
+    path = results_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def load_table(name: str) -> list[dict]:
+    """Rows written by :func:`save_table`, with every value that reads as a number a number."""
+    def number(text):
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
+        return text
+
+    with open(results_path(name), newline="") as handle:
+        return [{k: number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
 def select(rows, **where) -> list[dict]:
     return [r for r in rows if all(r[k] == v for k, v in where.items())]
 

@@ -32,7 +32,7 @@ def kernel_files(*chapters) -> list[Path]:
 
 
 def ops_of(path: Path) -> list[str]:
-    return [op for op, _ in load_module.find_launchers(path.read_text())]
+    return [op for op, _ in load_module.Sources.read(Path(path).resolve()).launchers]
 
 
 def version(path: Path) -> str:
