@@ -355,13 +355,16 @@ else:
 
 # %% [markdown]
 # DRAM runs at about 70% of its peak while the kernel runs. Blocks are not the limit (six of
-# 256 threads fit on an SM, and they are there: achieved occupancy is close to theoretical);
-# time is. A block's life is three phases: its copies are in flight, then it computes between
-# two cluster barriers, then it stores. During the middle phase its SM's share of memory traffic
-# stops, and a cluster barrier makes every block of the cluster wait for the slowest one's
-# copies. The fix is to overlap the phases: a *persistent* cluster that loops over rows and
-# copies row i+1's slice while it computes row i (two slices of shared memory per block; QuACK
-# does this). That is exercise 7.3.
+# 256 threads fit on an SM, and they are there: achieved occupancy is close to theoretical).
+# The first suspect was time: a block's life is three phases (its copies in flight, then
+# computation around a cluster barrier, then its stores), and during the middle one its SM's
+# share of memory traffic stops. The fix that predicts itself is a *persistent* cluster that
+# loops over rows and copies row i+1's slice while it computes row i. It was measured
+# (`bench/PERFLOG.md`) and it was **slower**: 2.13 against 1.81 ms in bf16, 1.98 against 1.63 in
+# fp32 (two slices per block leave 3 blocks per SM instead of 6). A prediction that a
+# measurement contradicts is the most useful kind. The clue that remains is in the table
+# above: the fp32 step moves the same bytes as the bf16 one, and takes 1.6 ms against 1.8.
+# Exercise 7.3 follows that clue.
 #
 # ## A fused linear + cross-entropy
 #
@@ -613,10 +616,12 @@ plt.show()
 # ```
 #
 # ```{exercise}
-# :label: ch7-persistent
+# :label: ch7-bf16-work
 #
-# Nsight Compute showed DRAM at about 70% of its peak. Design the persistent version: how many
-# clusters to launch, how each block walks over rows, where the second slice of shared memory
-# goes and which barrier protects it, and how many blocks per SM remain. Predict the time at
-# 8192 x 128256 bf16 if the copies of the next row fully overlap the computation of this one.
+# Forward and backward at 8192 x 128256 bf16 and at 4096 x 131072 fp32 move the same bytes,
+# yet version 4 takes about 1.8 ms for the first and 1.6 ms for the second. Count, per 16-byte
+# vector, the instructions each pass of the kernel runs for each dtype (conversions, max,
+# exp as one FFMA and one MUFU.EX2, adds, the gradient's multiply and conversion back), and
+# predict which pipe is the busiest for bf16. Then check with Nsight Compute: the issue
+# slots used and the XU pipe (MUFU) utilisation for both dtypes.
 # ```

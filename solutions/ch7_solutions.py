@@ -24,6 +24,8 @@ if ROOT not in sys.path:
 # explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
+import shutil
+
 import torch
 from IPython.display import Markdown
 
@@ -125,33 +127,70 @@ for chunk in (512, 896, 1024, 2048, 4096):
 # ```
 
 # %% [markdown]
-# ```{solution-start} ch7-persistent
+# ```{solution-start} ch7-bf16-work
 # :class: dropdown
 # ```
 #
-# Launch as many clusters as fit at once (Nsight Compute's "max active clusters": `cudaOccupancy
-# MaxActiveClusters` gives it to the launcher), each looping over rows `r = cluster, cluster +
-# clusters, ...`. Each block holds two slices of shared memory: while it computes row `r` from
-# slice `r % 2`, the `cp.async` copies of row `r + clusters` fill the other one. The copies of
-# the next row are issued right after the block's last read of the slice they overwrite (the end
-# of the gradient's loop two rows earlier), and `cp.async.wait_group` (not `wait_all`) waits
-# only for the slice about to be used. The cluster barrier that already ends each row (peers
-# done reading this block's partial sums) also protects the partial-sum slots, which must be
-# double-buffered too, or a fast block could overwrite its max before a slow peer has read it.
-# Two 32 KB slices per block allow three blocks of 256 threads per SM instead of six, with the
-# same 192 KB of shared memory in flight, now loading all the time.
-#
-# If the copies fully overlap the computation, the kernel moves the logits once in and the
-# gradient once out at the copy rate:
+# Per 16-byte vector, fp32 holds 4 values and bf16 holds 8, and nearly every instruction of
+# the three passes is per value: the max pass (a conversion for bf16, one FMNMX), the sum pass
+# (conversion, FFMA for (x - m) log2 e, MUFU.EX2, FADD), the gradient pass (conversion, FFMA,
+# MUFU.EX2, FFMA, a compare for the target, a conversion back). Counted that way, a value costs
+# about the same in both dtypes, so per byte bf16 asks for about twice the instructions of
+# fp32, and twice the MUFU.EX2. The MUFU unit does 16 values per cycle per SM against 128 for
+# the FMA pipes, so it looks like the first to fill. Nsight Compute, for both (the last line
+# divides the instructions executed, 32 lanes each, by the number of logits):
 
-# %%
-bytes_moved = 2 * 8192 * 128256 * 2
-print(f"predicted: {bytes_moved / 3.0e12 * 1e3:.2f} ms at 3.0 TB/s (the measured copy rate), "
-      f"against {bytes_moved / (0.70 * 3.35e12) * 1e3:.2f} ms at 70% of the 3.35 TB/s peak")
+# %% tags=["gpu", "nbval-ignore-output"]
+PROFILE = """
+import sys, torch
+from kernels import load
+from kernels.cross_entropy import cross_entropy
+k = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
+rows, classes, dtype = {"bf16": (8192, 128256, torch.bfloat16), "fp32": (4096, 131072, torch.float32)}[sys.argv[1]]
+x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
+t = torch.randint(0, classes, (rows,), device="cuda")
+for _ in range(2):
+    x.grad = None
+    cross_entropy(x, t, kernel=k).backward()
+torch.cuda.synchronize()
+"""
+METRICS = {"gpu__time_duration.sum": "duration",
+           "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM % of peak",
+           "sm__inst_executed.avg.per_cycle_active": "instructions issued per SM cycle (max 4)",
+           "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "XU (MUFU) pipe % of peak",
+           "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe % of peak",
+           "smsp__inst_executed.sum": "instructions executed"}
+if shutil.which("ncu") is None:
+    print("ncu is not installed here: the stored output of this cell comes from the H100.")
+else:
+    for dtype in ("bf16", "fp32"):
+        out = subprocess.run(["ncu", "--clock-control", "none", "-k", "regex:row_cluster", "-c", "1",
+                              "--metrics", ",".join(METRICS), sys.executable, "-c", PROFILE, dtype],
+                             capture_output=True, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": ROOT}).stdout
+        print(dtype)
+        values = {}
+        for metric, label in METRICS.items():
+            line = next((line.split() for line in out.splitlines() if metric in line), ["?", "?"])
+            values[metric] = line[-1]
+            unit = line[-2] if metric == "gpu__time_duration.sum" else ""
+            print(f"  {label:<42} {line[-1]} {unit}")
+        rows, classes = {"bf16": (8192, 128256), "fp32": (4096, 131072)}[dtype]
+        executed = float(values["smsp__inst_executed.sum"].replace(",", ""))
+        print(f"  {'lane instructions per logit':<42} {executed * 32 / (rows * classes):.1f}")
 
 # %% [markdown]
-# About 1.4 ms: the issue's 1.59 ms target with room to spare. QuACK's cross-entropy (CuTe DSL)
-# follows this design and publishes 3.0-3.2 TB/s on the H100 for the forward of such rows.
+# The prediction was half right. bf16 does execute about two and a half times the instructions
+# of fp32 for the same bytes (the lines above; the per-value count was low: the smem loads,
+# the loop and address arithmetic and the block reductions come on top, and bf16's conversions
+# are extra work fp32 does not have). But no pipe is full: MUFU runs at about a third of its
+# peak, the FMA pipes at a fifth, and the SM issues a little over half the instructions it
+# could. What the extra instructions do is lengthen each block's computing phase between its
+# copies and its stores, and with 6 blocks per SM the memory system sees the gaps: DRAM at 69%
+# against 80% for fp32. The remedy is fewer instructions per value rather than a faster pipe:
+# packed bf16x2 conversions and arithmetic (two values per instruction), or the exponentials of
+# the sum pass kept for the gradient pass (one MUFU.EX2 per value instead of two, at the price
+# of shared memory for 4 bytes per value).
 #
 # ```{solution-end}
 # ```

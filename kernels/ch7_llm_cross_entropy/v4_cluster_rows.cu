@@ -5,11 +5,13 @@
 // Here the row is split over a cluster of up to 16 blocks, on up to 16 SMs, and stays on chip:
 // - each block copies its slice of the row (about 32 KB) into its shared memory with cp.async:
 //   every copy in flight at once, and no registers held, so 6 blocks fit on an SM;
-// - the block's max goes to its shared memory; after a cluster barrier every warp reads the n
-//   blocks' maxima through distributed shared memory (DSMEM: another SM's shared memory, mapped
-//   by cluster.map_shared_rank) and takes the row's max; the same again for the sum of
-//   exp(x - max), the target's logit and the sum of the logits (label smoothing). Every block
-//   adds the same values in the same order, so every block gets the same log-sum-exp, bit for bit;
+// - each block computes its slice's max and sum of exp(x - that max) (and the target's logit and
+//   the sum of the logits for label smoothing) and leaves them in its shared memory; after one
+//   cluster barrier every warp reads the n blocks' values through distributed shared memory
+//   (DSMEM: another SM's shared memory, mapped by cluster.map_shared_rank) and combines them as
+//   the online softmax does: m = max of the maxima, s = sum of s_b exp(m_b - m). Every block
+//   adds the same values in the same order, so every block gets the same log-sum-exp, bit for bit
+//   (a first form exchanged the max, then the sums: two barriers; 1.64 vs 1.60 ms in fp32);
 // - each block writes the gradient of its slice from shared memory (exp computed a second time:
 //   cheaper than keeping 32 KB of fp32 exponentials).
 // Forward and backward thus read the logits once and write the gradient once: the bound.
@@ -19,10 +21,12 @@
 // Everything else is version 3: shorter rows (one block's registers hold them), longer or oddly
 // sized rows (streaming), fp64, GPUs before Hopper (clusters are sm_90 hardware), the forward
 // alone when a row needs more than one block, and the count, final sum and backward kernels.
-// Still slow (ncu, bench/PERFLOG.md): DRAM at about 70% of peak at 8192 x 128256 bf16. Each block
-// loads, then computes between two cluster barriers, then stores: while it waits on the slowest
-// block of its cluster, its SM's share of memory traffic pauses. A persistent cluster that loads
-// the next row while it computes this one would overlap them (QuACK's design).
+// Still slow in bf16 (ncu, bench/PERFLOG.md): DRAM at about 70% of its peak at 8192 x 128256, where
+// fp32 rows of the same bytes (4096 x 131072) reach 2.68 TB/s. Tried and dropped: a persistent
+// cluster (as many as fit, each looping over rows, copying the next row's slice into a second
+// buffer while it computes this one; 3 blocks per SM): slower, 2.13 vs 1.81 ms in bf16 and 1.98
+// vs 1.63 ms in fp32. bf16 brings twice the elements per byte, and each element costs two
+// MUFU.EX2 here (the sum, then the gradient): chapter 7's exercise 7.3 measures where it goes.
 //
 // How the file is built: it includes version 3's file, which the loader splices in as text
 // (kernels/load.py). Version 3's launch_rows is renamed launch_rows_v3 by the macro below, so
@@ -41,7 +45,7 @@ template <class T> static void launch_rows(const CrossEntropyArgs* a, cudaStream
 
 // Threads per block: 256 for bf16/fp16, 128 for fp32 (measured: 1.64 vs 1.92 ms at
 // 4096 x 131072 fp32 forward+backward; bf16 was best with 256: bench/PERFLOG.md).
-template <class T> constexpr int cluster_threads() { return sizeof(T) == 4 ? 128 : 256; }
+template <class T> __host__ __device__ constexpr int cluster_threads() { return sizeof(T) == 4 ? 128 : 256; }
 constexpr int kMaxCluster = 16;
 constexpr int64_t kSliceBytes = 32 * 1024;      // a block's part of a row, when the row allows
 constexpr int64_t kMaxSliceBytes = 112 * 1024;  // the most (rows of 16 slices and more)
@@ -54,16 +58,6 @@ __device__ __forceinline__ void copy_async16(void* shared, const void* global) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
 }
 __device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-// The cluster's blocks' values at `slot` of their shared memory, combined in a fixed order by
-// each warp (lane i reads block i). Every warp of every block computes the same result.
-template <bool kMax>
-__device__ __forceinline__ float cluster_combine(cg::cluster_group& cluster, float* slot, int n) {
-    const int lane = threadIdx.x % 32;
-    float v = kMax ? -INFINITY : 0.0f;
-    if (lane < n) v = *cluster.map_shared_rank(slot, lane);
-    return kMax ? warp_max(v) : warp_sum(v);
-}
 #endif
 
 template <class T>
@@ -102,12 +96,9 @@ __global__ void __launch_bounds__(cluster_threads<T>()) row_cluster(CrossEntropy
 #pragma unroll
         for (int k = 0; k < kVec; ++k) m = acc_max(m, to_acc(in.v[k]));
     }
-    m = row_max<kClusterThreads>(m, smem);
-    if (n > 1) {
-        if (threadIdx.x == 0) shared[0] = m;
-        cluster.sync();  // every block's max is in its shared memory
-        m = cluster_combine<true>(cluster, &shared[0], n);
-    }
+    m = row_max<kClusterThreads>(m, smem);  // this block's max: the cluster's comes later
+    // A slice that is all -inf (masked classes) shifts by 0: exp(-inf) = 0, not exp(NaN).
+    const A shift = m == -A(INFINITY) ? A(0) : m;
 
     A s = A(0), sum_x = A(0);
     for (int v = threadIdx.x; v < count; v += kClusterThreads) {
@@ -116,23 +107,37 @@ __global__ void __launch_bounds__(cluster_threads<T>()) row_cluster(CrossEntropy
         for (int k = 0; k < kVec; ++k) {
             const A x = to_acc(in.v[k]);
             if (smoothing) sum_x += x;
-            s += exp_diff(x, m);
+            s += exp_diff(x, shift);
         }
     }
     row_sum3<kClusterThreads>(s, sum_x, xt, smoothing, smem);
-    if (n > 1) {
+    if (n > 1) {  // one exchange: each block's (max, sum of exp(x - its max), ...)
         if (threadIdx.x == 0) {
+            shared[0] = shift;
             shared[1] = s;
             shared[2] = xt;
             shared[3] = sum_x;
         }
         cluster.sync();
-        s = cluster_combine<false>(cluster, &shared[1], n);
-        xt = cluster_combine<false>(cluster, &shared[2], n);
-        if (smoothing) sum_x = cluster_combine<false>(cluster, &shared[3], n);
-        // Peers may still read this block's shared memory: it must not exit before they are
+        const int lane = threadIdx.x % 32;
+        A peer_m = -A(INFINITY), peer_s = A(0), peer_xt = A(0), peer_sum = A(0);
+        if (lane < n) {
+            const A* peer = cluster.map_shared_rank(shared, lane);
+            peer_m = peer[0];
+            peer_s = peer[1];
+            peer_xt = peer[2];
+            peer_sum = peer[3];
+        }
+        m = warp_max(lane < n ? peer_m : -A(INFINITY));
+        // Rescale each block's sum to the row's max (online softmax across blocks).
+        s = warp_sum(peer_s == A(0) ? A(0) : peer_s * exp_diff(peer_m, m));
+        xt = warp_sum(peer_xt);
+        if (smoothing) sum_x = warp_sum(peer_sum);
+        // Peers may still read this block's partial sums: it must not exit before they are
         // done. Arrive now, wait at the end, so that the gradient's stores overlap the barrier.
         cluster.barrier_arrive();
+    } else {
+        m = shift;
     }
     const A lse = m + acc_log(s);
     if (rank == 0 && threadIdx.x == 0) write_row<T>(a, row, r, lse, xt, sum_x);

@@ -22,6 +22,7 @@ KERNELS = ROOT / "kernels"
 ELEMENT_WISE_CHAPTERS = ("ch2_atomics", "ch3_block_reduction", "ch4_two_pass")
 CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
 OPERATORS_CHAPTER = "ch6_operators"
+LLM_CHAPTER = "ch7_llm_cross_entropy"
 
 # kernels.load is the function (kernels/__init__.py); this is the module.
 load_module = importlib.import_module("kernels.load")

@@ -19,6 +19,8 @@ from gpu_support import load_module, loss_of, ops_of
 SIZES = (1, 100, 4099, 65537)
 HINGE_SHAPES = ((1, 1), (4, 25), (17, 241), (257, 255), (64, 1024))  # last: 16-byte rows
 CE_SHAPES = ((1, 1), (3, 100), (17, 1001), (2, 4099), (1, 65537), (64, 1024))
+# Chapter 7's clusters: 2 or 3 blocks per row (16392), 8 or 16 (131072).
+CLUSTER_SHAPES = ((3, 16392), (2, 131072))
 
 
 def cuda(x, offset=0):
@@ -69,7 +71,8 @@ def cross_entropy(kernel):
     dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64) if full else (torch.float32,)
     runs = 0
     g = torch.Generator().manual_seed(0)
-    for rows, classes in CE_SHAPES:
+    cluster_kernel = "cross_entropy_into_logits" in ops
+    for rows, classes in CE_SHAPES + (CLUSTER_SHAPES if cluster_kernel else ()):
         for dtype in dtypes:
             logits = cuda(torch.randn(rows, classes, generator=g).to(dtype))
             target_cpu = torch.randint(0, classes, (rows,), generator=g)
@@ -85,6 +88,9 @@ def cross_entropy(kernel):
                 grad_output = cuda(torch.rand(rows, generator=g).to(dtype))
                 ops["cross_entropy_backward"](grad_output, logits, target, lse, -100, 0.0)
                 runs += 3
+            if cluster_kernel and dtype != torch.float64:
+                ops["cross_entropy_into_logits"](logits.clone(), target, -100, 1, 0.1)
+                runs += 1
         if not full:  # the final version stops on a bad target (test_operators.py checks it)
             bad = target_cpu.clone()
             bad[0] = classes  # out of range: must not be read, only flagged

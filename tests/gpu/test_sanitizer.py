@@ -1,4 +1,4 @@
-"""Every kernel version (chapters 2-6) under compute-sanitizer: memcheck, racecheck, synccheck and
+"""Every kernel version (chapters 2-7) under compute-sanitizer: memcheck, racecheck, synccheck and
 initcheck, on small irregular inputs (tests/gpu/sanitize_driver.py).
 
 All kernels are built once in this process first (the build folder, KERNELS_BUILD_DIR, is shared
@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_support import (CROSS_ENTROPY_CHAPTER, ELEMENT_WISE_CHAPTERS, OPERATORS_CHAPTER,
-                         kernel_files, record, version)
+from gpu_support import (CROSS_ENTROPY_CHAPTER, ELEMENT_WISE_CHAPTERS, LLM_CHAPTER,
+                         OPERATORS_CHAPTER, kernel_files, record, version)
 
 pytestmark = pytest.mark.gpu
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-FILES = kernel_files(*ELEMENT_WISE_CHAPTERS, CROSS_ENTROPY_CHAPTER, OPERATORS_CHAPTER)
+FILES = kernel_files(*ELEMENT_WISE_CHAPTERS, CROSS_ENTROPY_CHAPTER, OPERATORS_CHAPTER,
+                     LLM_CHAPTER)
 DRIVER = Path(__file__).resolve().parent / "sanitize_driver.py"
 WORKERS = 8
 TIMEOUT = 600
