@@ -104,10 +104,10 @@ print(f"{GPU} (compute capability {CAPABILITY[0]}.{CAPABILITY[1]}): read {PEAK:.
 #        |               |                       |
 #   block 0 (SM a)  block 1 (SM b)   ...   block 7 (SM h)        one cluster
 #   smem: slice 0   smem: slice 1          smem: slice 7
-#   max m0          max m1                 max m7          -> cluster barrier
-#   every warp reads m0..m7 from the 8 blocks' shared memory: m = max(m0..m7)
-#   sum s0          sum s1                 sum s7          -> cluster barrier
-#   every warp reads s0..s7:  lse = m + log(s0 + ... + s7)
+#   m0 = max        m1                     m7
+#   s0 = sum exp(x - m0)   s1              s7                -> cluster barrier
+#   every warp reads (m0, s0) .. (m7, s7) from the 8 blocks' shared memory:
+#       m = max(m0 .. m7),  s = s0 exp(m0 - m) + ... + s7 exp(m7 - m),  lse = m + log(s)
 #   gradient of slice 0     gradient of slice 1  ...   (from shared memory, written once)
 # ```
 #
@@ -378,12 +378,14 @@ else:
 # 1. `logits = hidden[chunk] @ W.T` with cuBLAS, into one scratch buffer reused by every chunk;
 # 2. version 4 reads those logits once and writes `dlogits` **over them**
 #    (`cross_entropy_into_logits`: every block reads its slice before it writes there);
-# 3. `grad_hidden[chunk] = dlogits @ W` and `grad_W += dlogits.T @ hidden[chunk]`, scaled by
-#    1 / (tokens counted) for the mean, with the count kept on the GPU.
+# 3. `grad_hidden[chunk] = dlogits @ W` and `grad_W += dlogits.T @ hidden[chunk]`; for the
+#    mean, `grad_hidden` is scaled by 1 / (tokens counted) chunk by chunk and `grad_W` once at
+#    the end, with the count kept on the GPU.
 #
 # The gradients are ready when the forward returns; `backward()` multiplies them by its
 # `grad_output` in place, on the GPU, and does nothing when it is 1. The memory it adds is one
-# chunk of logits: `chunk_rows` is chosen so that it fits in 224 MiB.
+# chunk of logits: `chunk_rows` is the largest multiple of 128 rows whose logits fit in
+# 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's).
 
 # %%
 show_source("llm_head.py", "def _linear_cross_entropy(", "    return (total * scale)")
@@ -480,16 +482,17 @@ for tokens in (8192, 16384):
 # %% [markdown]
 # The fused head keeps its promise on memory: under a quarter of a GiB where `torch.compile`
 # needs two to five and eager five to thirteen; Liger-Kernel's fused head takes less still,
-# and is the slowest of all. Ours is slower than `torch.compile` by the margin printed above. Where that time goes:
-# the chunks. The weight's gradient (V x H, 1 GiB in bf16 here) is read and written once per
-# chunk by `addmm`, and the matrix products of a chunk of 896 rows run below the speed of one
-# product over all 8192. The trade-off, measured (the time of a step against the memory it
-# adds, for several chunk sizes):
+# and is the slowest of all. Ours is slower than `torch.compile` by the margin printed above.
+# Where that time goes: the chunks. The weight's gradient (V x H, 1 GiB in bf16 here) is read
+# and written once per chunk by `addmm`, and the matrix products of a chunk run below the
+# speed of one product over all 8192 rows, much below for some shapes (896 rows: a multiple of
+# 128 that cuBLAS's tiles fit badly). The trade-off, measured (the time of a step against the
+# memory it adds, for several chunk sizes):
 
 # %% tags=["gpu"]
 sweep = []
 h, w, t = head_inputs(8192, 4096, 128256)
-for chunk in (512, 896, 1024, 2048, 4096):
+for chunk in (512, 768, 896, 1024, 2048, 4096):
     ms, extra = measure_step(lambda a, b, c: linear_cross_entropy(a, b, c, chunk_rows=chunk),
                              h, w, t)
     sweep.append({"gpu": GPU, "chunk_rows": chunk, "ms": round(ms, 3), "extra_gib": round(extra, 3)})

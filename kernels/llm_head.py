@@ -16,7 +16,8 @@ many as fit in ``CHUNK_BYTES``), and for each chunk, in the forward:
 2. chapter 7's cross-entropy kernel reads the logits once and writes the gradient of the chunk's
    loss (reduction "sum") over them, in place (``cross_entropy_into_logits``);
 3. ``grad_hidden[chunk] = dlogits @ weight`` and ``grad_weight += dlogits.T @ hidden_chunk``,
-   both scaled by 1 / (number of counted tokens) for the mean, a count that stays on the GPU.
+   (``grad_weight`` is scaled by 1 / (number of counted tokens) for the mean once, at the end;
+   ``grad_hidden`` chunk by chunk; the count stays on the GPU).
 
 The gradients are thus ready when the forward ends; ``backward()`` multiplies them by its
 ``grad_output`` in place (nothing to do when it is 1, the usual case, decided on the GPU) and can
@@ -32,8 +33,10 @@ import torch
 from .operators import REDUCTIONS, SAVE_NOTHING
 
 LLM_CE_FILE = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
-CHUNK_BYTES = 224 * 2**20  # the scratch logits of one chunk: the memory this op adds
-ROW_MULTIPLE = 64  # chunk sizes in whole tiles of the matrix products
+CHUNK_BYTES = 251 * 2**20  # the scratch logits of one chunk: the memory this op adds
+# Chunk sizes in whole tiles of the matrix products: 896 rows ran 10% slower than 1024 at
+# V=128256, H=4096 (cuBLAS's tiles; bench/PERFLOG.md).
+ROW_MULTIPLE = 128
 
 _KERNEL = None
 
@@ -48,7 +51,7 @@ def _ops():
 
 
 def default_chunk_rows(vocab: int, element_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
-    """The most rows (a multiple of 64, at least 64) whose logits fit in ``chunk_bytes``."""
+    """The most rows (a multiple of 128, at least 128) whose logits fit in ``chunk_bytes``."""
     rows = chunk_bytes // (vocab * element_size) // ROW_MULTIPLE * ROW_MULTIPLE
     return max(rows, ROW_MULTIPLE)
 
@@ -80,11 +83,15 @@ def _linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: to
                                                   label_smoothing).float()
         torch.mm(logits, weight, out=grad_hidden[start:end])  # logits now hold dloss/dlogits
         grad_hidden[start:end].mul_(scale)
-        h_scaled = h * scale  # (chunk x H): cheaper to scale than grad_weight (V x H)
         if start == 0:
-            torch.mm(logits.t(), h_scaled, out=grad_weight)
+            torch.mm(logits.t(), h, out=grad_weight)
         else:
-            grad_weight.addmm_(logits.t(), h_scaled)
+            grad_weight.addmm_(logits.t(), h)
+    # Scaled once at the end (one pass over V x H, about 0.7 ms at V=128256, H=4096): a scaled
+    # copy of each chunk of hidden states would cost less time but 8 MiB more memory, which at
+    # 1024-row chunks is past the 0.25 GiB budget (bench/PERFLOG.md).
+    if with_grad:
+        grad_weight.mul_(scale)
     return (total * scale).to(hidden.dtype), grad_hidden, grad_weight
 
 
