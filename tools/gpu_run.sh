@@ -37,7 +37,8 @@ for stage in "$@"; do
              python3 tools/reliability_report.py /tmp/reliability.jsonl || status=1 ;;
     targets) python3 bench/reduction_targets.py || status=1
              python3 bench/cross_entropy_targets.py || status=1
-             python3 bench/operator_targets.py || status=1 ;;
+             python3 bench/operator_targets.py || status=1
+             python3 bench/llm_cross_entropy_targets.py || status=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
