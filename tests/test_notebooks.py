@@ -224,6 +224,30 @@ def test_notebook_matches_its_py_twin(path):
         f"(never edit the .ipynb by hand)")
 
 
+OUTPUT_LIMIT = 5000  # characters of one stored text output a reader is shown unfolded (issue 14)
+
+
+@by_notebook
+def test_long_outputs_are_folded_listings(path):
+    """No stored text output over 5 KB reaches the page unless it is a folded kernel listing
+    (``show_source``'s <details>, or any listing of a solution, which its dropdown folds):
+    profiler tables and printouts are trimmed to what matters."""
+    def folded_listing(text):
+        return text.startswith('<details class="listing">') or (
+            path.parent.name == "solutions" and re.match(r"`[^`\n]+`\n\n```", text))
+
+    long = []
+    for i, cell in enumerate(read(path).cells):
+        for output in cell.get("outputs", []):
+            texts = [output.get("text", "")] + [v for k, v in output.get("data", {}).items()
+                                                if k.startswith("text/")]
+            for text in texts:
+                text = "".join(text)
+                if len(text) > OUTPUT_LIMIT and not folded_listing(text):
+                    long.append(f"cell {i}: {len(text)} characters")
+    assert not long, f"{rel(path)}: outputs past {OUTPUT_LIMIT} characters: {long}"
+
+
 def test_every_py_twin_has_its_notebook():
     """The per-notebook test above compares each .ipynb with its twin; this catches the reverse."""
     orphans = [rel(py) for py in _sync_module().twins() if not py.with_suffix(".ipynb").is_file()]
