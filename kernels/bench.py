@@ -214,4 +214,3 @@ def kernel_times(label, fn, args, reps=5):
         if event.device_time_total > 0:
             print(f"  {label}: {event.key[:70]:<70} {event.device_time_total / reps:8.1f} µs "
                   f"x{event.count // reps}")
-

@@ -91,6 +91,44 @@ def test_build_name_changes_when_the_source_changes(tmp_path):
     assert load.build_name(path, ("9.0",)) != before
 
 
+def test_an_included_earlier_version_is_spliced_in_with_line_markers(tmp_path):
+    (tmp_path / "ch5").mkdir()
+    (tmp_path / "ch7").mkdir()
+    (tmp_path / "ch5" / "v3.cu").write_text(SAMPLE)
+    later = tmp_path / "ch7" / "v4.cu"
+    later.write_text('// v4\n#include "../ch5/v3.cu"\nint after;\n')
+    sources = load.Sources.read(later)
+    assert [op for op, _ in sources.launchers] == ["mse", "hinge"]  # found in the spliced text
+    assert sources.spliced == {(tmp_path / "ch5" / "v3.cu").resolve(): SAMPLE}
+    assert sources.file_text == later.read_text()
+    text = sources.cuda_text
+    assert '#line 1 "v3.cu"' in text and '#line 3 "v4.cu"\nint after;' in text
+    before = load.build_name(later, ("9.0",))  # editing the included file changes the build
+    (tmp_path / "ch5" / "v3.cu").write_text(SAMPLE + "// changed\n")
+    assert load.build_name(later, ("9.0",)) != before
+
+
+def test_an_included_file_that_is_missing_or_repeated_is_an_error(tmp_path):
+    missing = tmp_path / "v4.cu"
+    missing.write_text('#include "nowhere.cu"\n')
+    with pytest.raises(FileNotFoundError, match="nowhere.cu"):
+        load.Sources.read(missing)
+    (tmp_path / "v3.cu").write_text(SAMPLE)
+    twice = tmp_path / "v5.cu"
+    twice.write_text('#include "v3.cu"\n#include "v3.cu"\n')
+    with pytest.raises(ValueError, match="included twice"):
+        load.Sources.read(twice)
+
+
+def test_an_op_variant_brings_its_binding_file_only_where_it_is_defined():
+    v3 = load.Sources.read(load.source_path("ch5_cross_entropy/v3_fused_rows.cu"))
+    v4 = load.Sources.read(load.source_path("ch7_llm_cross_entropy/v4_cluster_rows.cu"))
+    assert v3.extra_bindings == {}
+    assert [p.name for p in v4.extra_bindings] == ["cross_entropy_into_logits.cpp"]
+    assert "cross_entropy_into_logits" in {op for op, _ in v4.launchers}
+    assert "CROSS_ENTROPY_INTO_LOGITS_SCHEMA" in load.registration("x", v4.launchers)
+
+
 def test_build_name_changes_with_the_architectures(tmp_path):
     path = _sample_file(tmp_path)
     assert load.build_name(path, ("9.0",)) != load.build_name(path, ("7.5", "9.0"))
@@ -493,3 +531,28 @@ def test_reliability_report(tmp_path):
             in lines)  # a tool that failed once stays failed
     assert "| `ch2/v1.cu` | – | – | – | – | 5 | **inf** | `check:mse` |" in lines
     assert "| `wrong/tail.cu` | FAIL mse, 1 element (1,): expected 2, got 0 |" in lines
+
+
+# --- llm_head: what needs no GPU -------------------------------------------------------------
+
+def test_fused_head_chunks_fit_the_budget_in_whole_tiles():
+    from kernels.llm_head import CHUNK_BYTES, ROW_MULTIPLE, default_chunk_rows
+
+    assert default_chunk_rows(128256, 2) == 1024  # Llama 3, bf16
+    assert default_chunk_rows(151936, 2) == 768  # Qwen 2, bf16
+    assert default_chunk_rows(10**9, 4) == ROW_MULTIPLE  # never fewer than one tile of rows
+    for vocab in (32000, 50257, 128256, 151936, 256000):
+        rows = default_chunk_rows(vocab, 2)
+        assert rows % ROW_MULTIPLE == 0 and rows * vocab * 2 <= CHUNK_BYTES < 2**28  # < 0.25 GiB
+
+
+def test_fused_head_rejects_cpu_tensors_and_bad_arguments_before_any_kernel():
+    from kernels.llm_head import linear_cross_entropy
+
+    h, w, t = torch.randn(4, 8), torch.randn(16, 8), torch.zeros(4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="hidden must be a CUDA tensor"):
+        linear_cross_entropy(h, w, t)
+    with pytest.raises(ValueError, match="reduction must be 'mean' or 'sum'"):
+        linear_cross_entropy(h, w, t, reduction="none")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        linear_cross_entropy(h, w, t, label_smoothing=1.5)
