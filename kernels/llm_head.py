@@ -15,7 +15,7 @@ many as fit in ``CHUNK_BYTES``), and for each chunk, in the forward:
 1. ``logits = hidden_chunk @ weight.T`` (cuBLAS) into one scratch buffer reused by every chunk;
 2. chapter 7's cross-entropy kernel reads the logits once and writes the gradient of the chunk's
    loss (reduction "sum") over them, in place (``cross_entropy_into_logits``);
-3. ``grad_hidden[chunk] = dlogits @ weight`` and ``grad_weight += dlogits.T @ hidden_chunk``,
+3. ``grad_hidden[chunk] = dlogits @ weight`` and ``grad_weight += dlogits.T @ hidden_chunk``
    (``grad_weight`` is scaled by 1 / (number of counted tokens) for the mean once, at the end;
    ``grad_hidden`` chunk by chunk; the count stays on the GPU).
 
@@ -34,7 +34,7 @@ from .operators import REDUCTIONS, SAVE_NOTHING
 
 LLM_CE_FILE = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
 CHUNK_BYTES = 251 * 2**20  # the scratch logits of one chunk: the memory this op adds
-# Chunk sizes in whole tiles of the matrix products: 896 rows ran 10% slower than 1024 at
+# Chunk sizes in whole tiles of the matrix products: 896 rows ran 7-11% slower than 1024 at
 # V=128256, H=4096 (cuBLAS's tiles; bench/PERFLOG.md).
 ROW_MULTIPLE = 128
 
