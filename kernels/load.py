@@ -127,24 +127,25 @@ def find_launchers(cuda_text: str) -> list[tuple[str, str]]:
     return found
 
 
+def op_variant(struct: str, op: str) -> tuple:
+    """(template, schema macro, binding file or None) of one op, by the end of its name."""
+    for suffix, found in OP_VARIANTS.get(struct, {}).items():
+        if op.endswith(suffix):
+            return (*found, None)[:3]
+    _, template, schema = BINDINGS[struct]
+    return template, schema, None
+
+
 def registration(library: str, launchers: list[tuple[str, str]]) -> str:
     """The C++ that declares each launcher and registers it as ``torch.ops.<library>.<op>``."""
-    struct = launchers[0][1]
-    _, template, schema = BINDINGS[struct]
-
-    def variant(op):
-        for suffix, found in OP_VARIANTS.get(struct, {}).items():
-            if op.endswith(suffix):
-                return found[:2]
-        return template, schema
-
     lines = [f'extern "C" cudaError_t {op}_launch(const {struct}*, cudaStream_t);'
              for op, struct in launchers]
     lines.append(f"TORCH_LIBRARY({library}, m) {{")
-    lines += [f'    m.def("{op}" {variant(op)[1]});' for op, _ in launchers]
+    lines += [f'    m.def("{op}" {op_variant(struct, op)[1]});' for op, struct in launchers]
     lines.append("}")
     lines.append(f"TORCH_LIBRARY_IMPL({library}, CUDA, m) {{")
-    lines += [f'    m.impl("{op}", &{variant(op)[0]}<{op}_launch>);' for op, _ in launchers]
+    lines += [f'    m.impl("{op}", &{op_variant(struct, op)[0]}<{op}_launch>);'
+              for op, struct in launchers]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -233,9 +234,8 @@ class Sources:
         struct = launchers[0][1]
         binding = BINDINGS_DIR / BINDINGS[struct][0]
         binding_text = binding.read_text()
-        extra = sorted({BINDINGS_DIR / found[2] for op, _ in launchers
-                        for suffix, found in OP_VARIANTS.get(struct, {}).items()
-                        if op.endswith(suffix) and len(found) > 2})
+        extra = sorted({BINDINGS_DIR / binding_file for op, _ in launchers
+                        if (binding_file := op_variant(struct, op)[2])})
         extra_bindings = {f: f.read_text() for f in extra}
         headers = {h: h.read_text()
                    for h in included_headers([cuda_text, binding_text, *extra_bindings.values()])}
