@@ -54,14 +54,6 @@ def forward_providers(dtype, versions):
     return providers
 
 
-def forward_backward(loss_fn, grad_output=None):
-    def step(x, t):
-        x.grad = None
-        loss = loss_fn(x, t)
-        loss.backward(grad_output)
-    return step
-
-
 def bench_forward_backward(providers, shape, dtype=torch.float32, reps=50):
     rows, classes = shape
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -132,18 +124,18 @@ def main():
     v3 = versions["v3"]
     compiled = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
     fb_providers = {
-        "eager": forward_backward(F.cross_entropy),
-        "compile": forward_backward(compiled),
-        FB_CHECKED: forward_backward(functools.partial(
+        "eager": bench.training_step(F.cross_entropy),
+        "compile": bench.training_step(compiled),
+        FB_CHECKED: bench.training_step(functools.partial(
             cross_entropy, kernel=v3, check_targets=True)),
-        FB_DEFAULT: forward_backward(functools.partial(cross_entropy, kernel=v3)),
-        "v3 fused, grad_output 2 (scaling pass)": forward_backward(
+        FB_DEFAULT: bench.training_step(functools.partial(cross_entropy, kernel=v3)),
+        "v3 fused, grad_output 2 (scaling pass)": bench.training_step(
             functools.partial(cross_entropy, kernel=v3), torch.tensor(2.0, device="cuda")),
-        "v3 lse + backward kernel": forward_backward(functools.partial(
+        "v3 lse + backward kernel": bench.training_step(functools.partial(
             cross_entropy, kernel=v3, fused_backward=False)),
     }
     if liger_cross_entropy is not None:
-        fb_providers["liger"] = forward_backward(lambda x, t: liger_cross_entropy(x, t))
+        fb_providers["liger"] = bench.training_step(lambda x, t: liger_cross_entropy(x, t))
     fb = bench_forward_backward(fb_providers, (32768, 4096))
     measured += fb
     gen = torch.Generator(device="cuda").manual_seed(2)
@@ -203,8 +195,8 @@ def main():
     print("\nwhere the time goes, 32768 x 4096 fp32 forward (profiler, kernel durations):")
     bench.kernel_times("v3", raw_op(v3), (x, t))
     xg = x.clone().requires_grad_()
-    bench.kernel_times("v3 fwd+bwd", forward_backward(functools.partial(cross_entropy, kernel=v3)),
-                 (xg, t))
+    bench.kernel_times("v3 fwd+bwd",
+                       bench.training_step(functools.partial(cross_entropy, kernel=v3)), (xg, t))
     del x, t, xg
 
     path = results.save(results.rows_from(measured, gpu, "ch5", peak), CHAPTER)

@@ -52,13 +52,6 @@ def ce_providers(kernels):
     return providers
 
 
-def training_step(loss_fn):
-    def step(x, t):
-        x.grad = None
-        loss_fn(x, t).backward()
-    return step
-
-
 def time_ce(providers, shape, dtype, backward, reps=30):
     rows, classes = shape
     element = torch.tensor([], dtype=dtype).element_size()
@@ -74,7 +67,7 @@ def time_ce(providers, shape, dtype, backward, reps=30):
     label = f"cross_entropy_{'fwd_bwd' if backward else 'fwd'}_{str(dtype)[6:]}"
     out = []
     for name, fn in providers.items():
-        fn = training_step(fn) if backward else torch.no_grad()(fn)
+        fn = bench.training_step(fn) if backward else torch.no_grad()(fn)
         out.append(Measurement(label, name, tuple(shape), nbytes,
                                bench.time_ms(fn, arg_sets, reps=reps)))
     del arg_sets

@@ -79,6 +79,15 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def training_step(loss_fn, grad_output=None):
+    """``step(x, t)``: the loss's share of a training step, forward then ``backward(grad_output)``,
+    with ``x.grad`` cleared first so that no step accumulates into the last one's gradient."""
+    def step(x, t):
+        x.grad = None
+        loss_fn(x, t).backward(grad_output)
+    return step
+
+
 def launch_overhead_ms(fn, args, reps: int = 200) -> float:
     """Median wall time of one call including the host's launch cost (what a Python loop sees)."""
     import torch

@@ -556,3 +556,14 @@ def test_fused_head_rejects_cpu_tensors_and_bad_arguments_before_any_kernel():
         linear_cross_entropy(h, w, t, reduction="none")
     with pytest.raises(ValueError, match="label_smoothing"):
         linear_cross_entropy(h, w, t, label_smoothing=1.5)
+
+
+def test_training_step_clears_the_gradient_and_passes_grad_output():
+    x = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 7, (5,))
+    expected = torch.autograd.grad(torch.nn.functional.cross_entropy(x, t) * 3.0, x)[0]
+    step = bench.training_step(torch.nn.functional.cross_entropy,
+                               torch.tensor(3.0, dtype=torch.float64))
+    step(x, t)
+    step(x, t)  # a second step replaces the gradient, it does not add to it
+    assert torch.allclose(x.grad, expected)
