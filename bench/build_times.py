@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LOAD = ("import sys, time, torch; sys.path.insert(0, {root!r}); "
-        "from kernels.load import load; t = time.perf_counter(); k = load({src!r}, archs={archs!r}); "
+        "from kernels import load; t = time.perf_counter(); k = load({src!r}, archs={archs!r}); "
         "print(time.perf_counter() - t, k.cached)")
 
 
@@ -38,7 +38,8 @@ def timed_load(source: str, archs, build_dir: str) -> tuple[float, bool]:
 
 def main() -> int:
     from kernels.envinfo import environment
-    from kernels.load import KERNELS_DIR, target_archs
+    from kernels.build_cache import KERNELS_DIR
+    from kernels.toolchain import target_archs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import check, load
-from kernels.check import relative_error
+from kernels.correctness import relative_error
 from kernels.cross_entropy import cross_entropy
 
 VERSIONS = ["ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from kernels import bench, load, results
 from kernels.bench import Measurement
-from kernels.check import relative_error
+from kernels.correctness import relative_error
 from kernels.cross_entropy import cross_entropy
 from kernels.losses import get_loss
 

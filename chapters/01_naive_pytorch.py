@@ -13,7 +13,7 @@ if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -47,8 +47,10 @@ import torch
 from IPython.display import Markdown, display
 
 import kernels
-from kernels import bench, get_loss, results
+from kernels import Chapter, bench, get_loss, results
 from kernels.bench import SIZES
+
+ch = Chapter("ch1")  # the chapter's id, GPU and read bandwidth, for its measurements
 
 LOSS_NAMES = ("mse", "smooth_l1", "hinge", "cross_entropy")
 # The KernelBench problem of each loss. The element-wise losses do not care about shape, so
@@ -298,8 +300,7 @@ for (name, provider), found in launched.items():
 #   for every result.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-gpu_name = torch.cuda.get_device_name()
-peak = bench.read_bandwidth()
+peak = ch.peak  # kernels.bench.read_bandwidth, measured once for the whole chapter
 copy = bench.copy_bandwidth()
 one = torch.ones(1, device="cuda")
 add_gpu_ms = bench.time_ms(torch.add, [(one, one)])
@@ -311,7 +312,7 @@ gpu_rows = [
     bench.Measurement("launch", "1-element add, GPU time", (1,), 8, add_gpu_ms),
     bench.Measurement("launch", "1-element add, call to result", (1,), 8, add_host_ms),
 ]
-print(f"{gpu_name}: read {peak:.0f} GB/s, copy {copy:.0f} GB/s")
+print(f"{ch.gpu}: read {peak:.0f} GB/s, copy {copy:.0f} GB/s")
 print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, {add_host_ms * 1e3:.1f} us from call to result")
 
 # %% [markdown]
@@ -345,7 +346,7 @@ for rows_ in sorted({n // CLASSES for n in SIZES} | {32768}):
     if rows_ * CLASSES in COMPILE_SIZES or rows_ == 32768:
         providers["torch.compile"] = compiled["cross_entropy"]
     measured += bench.bench_loss(providers, "cross_entropy", (rows_, CLASSES))
-path = results.save(results.rows_from(gpu_rows + measured, gpu_name, "ch1", peak), "ch1")
+path = ch.save(gpu_rows + measured)
 print(f"{len(measured)} measurements in {time.perf_counter() - started:.0f} s -> {path.name}")
 
 # %% [markdown]
@@ -353,7 +354,7 @@ print(f"{len(measured)} measurements in {time.perf_counter() - started:.0f} s ->
 # the book builds) without a GPU.
 
 # %% tags=["nbval-ignore-output"]
-rows = results.load("ch1")
+rows = ch.rows()
 peak = rows[0]["peak_gbps"]
 memory = {r["provider"]: r for r in results.select(rows, loss="memory")}
 launch = {r["provider"]: r for r in results.select(rows, loss="launch")}
@@ -440,7 +441,12 @@ else:
 # %% [markdown]
 # Every loss sits far left of the ridge: its arithmetic would take a small fraction of the
 # time its bytes take, and the GPU's arithmetic units idle while they wait for memory. So
-# counting flops, or making them cheaper, changes nothing; only the bytes count. The best a
+# the bytes are what to count first. Not the only thing, though: the roofline counts flops,
+# but the GPU *issues instructions* (loads, address arithmetic, conversions, `exp` on a
+# special-function unit that runs at a fraction of the FMA rate), one per cycle per warp
+# scheduler. A kernel can run out of instruction issue long before its flops fill the roof:
+# chapter 5 measures this with the profiler for cross-entropy in bfloat16, which brings twice
+# the values per byte and so twice the instructions. The best a
 # loss kernel can do is read each input once at the read bandwidth, which is what the
 # compiled element-wise losses already come close to. The plot below shows the same picture
 # as a roofline, with each loss's compiled version at its KernelBench size.
@@ -682,27 +688,40 @@ n = 1 << 30
 check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes, 4 * n * 4)
 
 # %% [markdown]
-# ````{exercise} Where the launch floor ends
+# ````{exercise} A model of eager MSE's time
 # :label: ch1-launch-crossover
 #
-# Using `rows` (the measurements of this chapter), find the smallest measured size, in
-# elements, at which **eager** MSE reaches half of its own best throughput: the size where
-# launch latency stops dominating. Why does eager MSE never reach half of the read bandwidth?
+# Build a two-term model of eager MSE's time from this chapter's measurements: a fixed cost,
+# the time measured at the smallest size (the launches of its kernels, which move almost no
+# bytes), plus the bytes its kernels move at the measured read bandwidth `peak` (GB/s). Count
+# those bytes per element from the kernels the profiler listed above, write the model as a
+# function of the number of elements, and check its predictions against the measured times
+# at $2^{20}$ and $2^{26}$ elements (within 20%). Then compare it with every measured size:
+# where is it worst, and what does the GPU do there that the model leaves out?
 #
 # ```{admonition} Hint
 # :class: dropdown
-# `results.select(rows, loss="mse", provider="eager")` gives the rows; sort them by
-# `math.prod(row["shape"])` and compare each `row["gbps"]` with half of the largest
-# `row["gbps"]`. For the second question, count the bytes eager MSE moves.
+# Eager MSE is three kernels: `pred - target` reads two tensors and writes one, `** 2` reads
+# one and writes one, `mean` reads one. `by_size("mse", "eager")` gives the measured rows in
+# order of size, the first one the smallest.
 # ```
 # ````
 
 # %%
-mse_crossover_elements = None  # TODO: first size (elements) where eager MSE reaches half its best GB/s
+eager_mse_bytes_per_element = None  # TODO: bytes eager MSE's kernels move per element (float32)
+
+
+def eager_mse_model_ms(n):
+    """TODO: predicted time (ms) of eager MSE on n float32 elements."""
+    return None
+
 
 # %%
-check_answer("first size where eager MSE reaches half its best throughput",
-             mse_crossover_elements, math.prod(crossover("mse", "eager")["shape"]), rtol=0)
+check_answer("bytes eager MSE moves per element", eager_mse_bytes_per_element, 24, rtol=0)
+for n in (1 << 20, 1 << 26):
+    measured = next(r for r in by_size("mse", "eager") if math.prod(r["shape"]) == n)["ms"]
+    check_answer(f"model of eager MSE at 2^{n.bit_length() - 1} elements (ms)",
+                 eager_mse_model_ms(n), measured, rtol=0.2)
 
 # %% [markdown]
 # ````{exercise} The roofline of cross-entropy

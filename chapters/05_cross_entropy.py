@@ -13,7 +13,7 @@ if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -45,11 +45,12 @@ import torch.nn.functional as F
 from IPython.display import Markdown
 
 import kernels
-from kernels import check, load
+from kernels import Chapter, check, load
 from kernels.cross_entropy import cross_entropy
-from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing, compare,
-                                          run_exercise)
+from kernels.exercises.ch5_checks import check_ignore_index, check_label_smoothing, compare
 from kernels.notebook import show_source
+
+ch = Chapter("ch5")  # the chapter's id, GPU and read bandwidth, for its measurements
 
 # %% [markdown]
 # ## What PyTorch launches
@@ -281,8 +282,8 @@ assert check_label_smoothing(v3)
 # the target, so that no call has to wait for the GPU to learn that its targets were fine
 # (chapter 6 weighs the choices and shows the assertion). While debugging, `check_targets=True`
 # checks the targets on the host first and raises a Python `IndexError` naming the row; that
-# costs a wait for the GPU (34 µs per call at 32768 x 4096, `bench/PERFLOG.md`), so it is off by
-# default and the measurements below do not include it.
+# costs a wait for the GPU (measured after the next cell), so it is off by default and the
+# measurements below do not include it.
 
 # %% tags=["gpu"]
 logits = torch.randn(4, 10, device="cuda")
@@ -297,6 +298,20 @@ except TypeError as error:
     print(f"int32 targets: TypeError: {error}")
 print("version 2, a bad target:", op_of(v2)(logits, torch.tensor([0, 1, 10, 3], device="cuda"),
                                             reduction="none").isnan().tolist())
+
+# %% [markdown]
+# What the check costs: the final version at the KernelBench shape with and without it, timed
+# as every benchmark of the course (the GPU kept busy ahead of the host, `kernels.bench.time_ms`;
+# the check's wait for the GPU drains that lead, which is its real cost in a training loop).
+
+# %% tags=["gpu", "nbval-ignore-output"]
+logits = torch.randn(32768, 4096, device="cuda")
+target = torch.randint(0, 4096, (32768,), device="cuda")
+for flag in (False, True):
+    ms = kernels.bench.time_ms(lambda l, t, flag=flag: final(l, t, check_targets=flag),
+                               [(logits, target)])
+    print(f"check_targets={flag!s:<5}: {ms * 1e3:6.0f} us per call")
+del logits, target
 
 # %% [markdown]
 # ## Robust on hard inputs, in every dtype
@@ -395,12 +410,11 @@ for kwargs in ({}, {"reduction": "sum"}, {"label_smoothing": 0.1}):
 # are drawn from that file.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-from kernels.bench import Measurement, read_bandwidth, sweep, time_ms
+from kernels.bench import Measurement, sweep, time_ms
 
 CLASSES = [10, 128, 1024, 4096, 32768, 128256]
 SHAPES = [((1 << 27) // c, c) for c in CLASSES]  # 4096 classes: the KernelBench 32768 x 4096
-peak = read_bandwidth()
-gpu = torch.cuda.get_device_name()
+print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")  # measured before the sweep
 
 compiled = torch.compile(F.cross_entropy, dynamic=False)
 providers = {"eager": F.cross_entropy, "torch.compile": compiled}
@@ -434,8 +448,8 @@ for name, fn in train.items():
     ms = time_ms(lambda l, t, fn=fn: torch.autograd.grad(fn(l, t), l), [(logits, target)])
     measurements.append(Measurement("cross_entropy_fwd_bwd", name, (rows, classes), train_bytes, ms))
 del logits, target
-kernels.results.save(kernels.results.rows_from(measurements, gpu, "ch5", peak), "ch5")
-print(f"{gpu}: read bandwidth {peak:.0f} GB/s; {len(measurements)} measurements saved")
+ch.save(measurements)
+print(f"{len(measurements)} measurements saved")
 
 # %% [markdown]
 # Every shape has about the same number of bytes, so the x axis is the row length: this plot
@@ -444,7 +458,7 @@ print(f"{gpu}: read bandwidth {peak:.0f} GB/s; {len(measurements)} measurements 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
-results = kernels.results.load("ch5")
+results = ch.rows()
 forward = kernels.results.select(results, loss="cross_entropy")
 names = list(dict.fromkeys(r["provider"] for r in forward))
 ax = kernels.plot_throughput(forward, "cross_entropy", names, x=lambda shape: shape[1],
@@ -517,8 +531,70 @@ Markdown(
 #
 # Version 2's single pass over the row pays off only for long rows: at 32768 and 128256 classes
 # it is far ahead of version 1, while up to 4096 classes version 1's two passes are faster
-# than version 2's one, presumably because a row that short is still in cache when it is read
-# the second time. The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
+# than version 2's one. Two explanations come to mind: a short row is still in a cache when
+# version 1 reads it the second time, so its second pass costs no DRAM traffic; and version 2
+# computes two `exp` per element (the rescale of the running sum), version 1 one per pass. The
+# profiler tests both ({doc}`../book/profiling`):
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels import profile
+
+TWO_VERSIONS = '''
+import torch
+from kernels import load
+from kernels.cross_entropy import cross_entropy
+v1 = load("ch5_cross_entropy/v1_two_pass_row.cu")
+v2 = load("ch5_cross_entropy/v2_online_softmax.cu")
+for classes in (1024, 4096):
+    x = torch.randn(32768, classes, device="cuda")
+    t = torch.randint(0, classes, (32768,), device="cuda")
+    for kernel in (v1, v2):
+        cross_entropy(x, t, kernel=kernel)
+torch.cuda.synchronize()
+'''
+counters = profile.ncu(TWO_VERSIONS, "row_losses", ("time (us)", "DRAM bytes read (MB)",
+                       "L2 hit rate (%)", "warp instructions (M)", "issue slots busy (%)",
+                       "MUFU pipe, exp (%)"), launches=4)
+if counters:
+    print(counters.table(["v1 x1024", "v2 x1024", "v1 x4096", "v2 x4096"]))
+
+# %% [markdown]
+# Both explanations hold. Version 1 reads as many bytes from DRAM as version 2: its second pass
+# is served by the caches. And version 2 executes many more instructions and keeps the `exp`
+# unit (MUFU) busy twice as long, with the issue slots nearly full at 1024 classes: at these
+# row lengths it is limited by instructions, not by memory. The final version computes each
+# `exp` once and keeps the row in registers.
+#
+# Instructions matter most in bfloat16: the same bytes hold twice the values, so twice the
+# instructions. The final version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16
+# (32768 x 4096), both with the row in registers:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+TWO_DTYPES = '''
+import torch
+from kernels import load
+from kernels.cross_entropy import cross_entropy
+v3 = load("ch5_cross_entropy/v3_fused_rows.cu")
+for classes, dtype in ((2048, torch.float32), (4096, torch.bfloat16)):
+    x = torch.randn(32768, classes, device="cuda", dtype=dtype)
+    t = torch.randint(0, classes, (32768,), device="cuda")
+    with torch.no_grad():
+        cross_entropy(x, t, kernel=v3)
+torch.cuda.synchronize()
+'''
+counters = profile.ncu(TWO_DTYPES, "row_cached", profile.ISSUE, launches=2)
+if counters:
+    print(counters.table(["float32", "bfloat16"]))
+
+# %% [markdown]
+# Twice the instructions for the same bytes, and the issue slots and the `exp` unit twice as
+# busy. This is why the final version computes $e^{x - m}$ as one multiply and one `MUFU.EX2`
+# (`ex2.approx`) instead of `expf`'s longer sequence: with `expf` its bfloat16 rows ran out of
+# instruction issue before memory bandwidth (the kernel's header has the history). Chapter 1's
+# rule, count the bytes, holds as long as the instructions per byte stay below what the SMs
+# issue; a kernel's profile says when they do not.
+#
+# The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
 # classes are fewer than eight blocks per SM. A kernel that splits each row across several
 # blocks (merging their $(m, s)$ pairs exactly as the threads of one block do) would keep more
 # loads in flight, but the table shows the final version almost as fast there as at 4096
@@ -540,6 +616,8 @@ Markdown(
 # range. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
 # by the number of rows that are not ignored, as PyTorch does. The check also uses an
 # `ignore_index` that is a real class (3), and a batch where every row is ignored.
+# **Target**: ignoring rows must cost nothing measurable: 95% of version 1's speed or better at
+# the KernelBench shape, 32768 x 4096 (the skeleton is version 1 without `ignore_index`).
 # ```
 #
 # ```{admonition} Hint
@@ -554,7 +632,9 @@ Markdown(
 show_source("exercises/ch5_ignore_index.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-run_exercise("exercises/ch5_ignore_index.cu", check_ignore_index)
+if ch.exercise("exercises/ch5_ignore_index.cu", check_ignore_index):
+    kernels.bench.speedup_target(op_of(load("exercises/ch5_ignore_index.cu")), op_of(v1),
+                                 "cross_entropy", (32768, 4096), 0.95, reference_label="version 1")
 
 # %% [markdown]
 # ```{exercise}
@@ -581,7 +661,7 @@ show_source("exercises/ch5_online_softmax.cu")
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels.exercises.ch5_checks import check_online_softmax
 
-run_exercise("exercises/ch5_online_softmax.cu", check_online_softmax)
+ch.exercise("exercises/ch5_online_softmax.cu", check_online_softmax);
 
 # %% [markdown]
 # ```{exercise}
@@ -607,4 +687,4 @@ run_exercise("exercises/ch5_online_softmax.cu", check_online_softmax)
 show_source("exercises/ch5_label_smoothing.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-run_exercise("exercises/ch5_label_smoothing.cu", check_label_smoothing)
+ch.exercise("exercises/ch5_label_smoothing.cu", check_label_smoothing);

@@ -13,7 +13,7 @@ if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -49,7 +49,7 @@ from IPython.display import Markdown
 
 import kernels
 from kernels import bench, load, operators, results
-from kernels.check import relative_error
+from kernels.correctness import relative_error
 from kernels.exercises.ch5_checks import run_exercise
 from kernels.exercises.ch6_checks import check_log_cosh
 from kernels.notebook import show_source
@@ -188,7 +188,7 @@ fused
 # last argument, `want_grad`, asks for it. The schema `kernels.load` registered for them:
 
 # %%
-from kernels.load import registration
+from kernels.codegen import registration
 
 print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "FusedLossArgs")]))
 

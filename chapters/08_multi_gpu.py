@@ -13,7 +13,7 @@ if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

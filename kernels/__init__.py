@@ -1,9 +1,12 @@
 """The course's toolkit, next to the CUDA sources it builds.
 
-- ``load``: build a kernel version from its ``.cu`` file (kernels/load.py)
-- ``check``: compare an op with PyTorch in float64 over awkward cases (kernels/check.py)
+- ``load``: build a kernel version from its ``.cu`` file (kernels/loader.py; the steps are
+  toolchain.py, codegen.py, build_cache.py and provenance.py)
+- ``check``: compare an op with PyTorch in float64 over awkward cases (kernels/correctness.py)
 - ``bench``: CUDA-event timing and effective bandwidth (kernels/bench.py)
 - ``results``: benchmark rows as CSV under book/results/ (kernels/results.py)
+- ``Chapter``: a notebook's id, GPU and peak bandwidth; saves and reads its rows, runs its
+  exercises' checks (kernels/chapter.py)
 - ``plot``: the course's figure style (``plot.subplots``, ``plot.legend``) and
   ``plot_throughput``, GB/s against size with the bandwidth limit (kernels/plot.py)
 - ``losses``: the losses' registry: references, inputs, byte counts, gradients (kernels/losses.py)
@@ -15,13 +18,14 @@
 import warnings
 
 from . import bench, plot, results
-from .check import CheckFailed, check
-from .load import Kernel, KernelBuildError, load
+from .chapter import Chapter
+from .correctness import CheckFailed, check
+from .loader import Kernel, KernelBuildError, load
 from .losses import LOSSES, get_loss
 from .plot import plot_throughput
 
-__all__ = ["CheckFailed", "Kernel", "KernelBuildError", "LOSSES", "bench", "check", "get_loss",
-           "load", "plot", "plot_throughput", "results"]
+__all__ = ["Chapter", "CheckFailed", "Kernel", "KernelBuildError", "LOSSES", "bench", "check",
+           "get_loss", "load", "plot", "plot_throughput", "results"]
 
 # Warnings PyTorch prints once per process, with the path of its installation and nothing for a
 # reader to learn from (the profiler's cycles, the sync debug mode's status): every notebook

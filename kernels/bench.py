@@ -177,6 +177,41 @@ def sweep(providers: dict, loss_name: str, shapes, **kwargs) -> list[Measurement
     return results
 
 
+def bandwidth_target(fn, loss_name: str, shape, target: float, peak: float,
+                     label: str = "your kernel", dtype=None) -> bool:
+    """An exercise's performance check: time ``fn`` on ``loss_name``'s inputs of ``shape`` and
+    print PASS or MISS against ``target``, a fraction of ``peak`` (GB/s), with how far it is.
+
+    The time is :func:`bench_loss`'s (CUDA events, inputs rotated past the L2), so it compares
+    with the chapter's tables; a MISS by a few percent can be noise: rerun before you dig.
+    """
+    [m] = bench_loss({label: fn}, loss_name, shape, dtype=dtype)
+    fraction = m.gbps / peak
+    goal_ms = m.bytes / (target * peak * 1e6)
+    where = f"{label}, {loss_name} {'x'.join(map(str, shape))}"
+    line = (f"{m.gbps:.0f} GB/s, {fraction:.0%} of {peak:.0f} GB/s in {m.ms:.3f} ms "
+            f"(target {target:.0%}: {goal_ms:.3f} ms)")
+    if fraction >= target:
+        print(f"PASS  {where}: {line}")
+        return True
+    print(f"MISS  {where}: {line}: {m.ms / goal_ms - 1:.0%} slower than the target")
+    return False
+
+
+def speedup_target(fn, reference, loss_name: str, shape, target: float,
+                   label: str = "your kernel", reference_label: str = "reference",
+                   reps: int | None = None) -> bool:
+    """An exercise's performance check against another op, timed side by side on the same
+    inputs: PASS when ``fn`` is at least ``target`` times as fast as ``reference``."""
+    mine, theirs = bench_loss({label: fn, reference_label: reference}, loss_name, shape, reps=reps)
+    speedup = theirs.ms / mine.ms
+    where = f"{label}, {loss_name} {'x'.join(map(str, shape))}"
+    line = (f"{mine.ms:.3f} ms against {theirs.ms:.3f} ms for {reference_label}: "
+            f"{speedup:.1f}x (target {target:g}x)")
+    print(f"{'PASS' if speedup >= target else 'MISS'}  {where}: {line}")
+    return speedup >= target
+
+
 def element_wise_shape(n: int, loss_name: str) -> tuple:
     """The benchmark shape for n elements: 1-D, or square-ish 2-D for a loss whose target is
     one row (Hinge: KernelBench's (N, N) predictions with (N,) labels)."""

@@ -49,7 +49,7 @@ _FINAL_KERNEL = None
 def _kernel(kernel):
     """A built Kernel: given, loaded from a path relative to kernels/, or the final version."""
     global _FINAL_KERNEL
-    from .load import Kernel, load
+    from .loader import Kernel, load
 
     if isinstance(kernel, Kernel):
         return kernel
@@ -78,7 +78,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
                   fused_backward: bool = True):
     """``F.cross_entropy(logits, target, ...)`` computed by a chapter 5 kernel (see the module).
 
-    ``kernel``: a :class:`~kernels.load.Kernel`, a kernel file relative to ``kernels/``, or None
+    ``kernel``: a :class:`~kernels.loader.Kernel`, a kernel file relative to ``kernels/``, or None
     for the final version. ``check_targets``: check the targets on the host first and raise
     IndexError for an out-of-range one (waits for the GPU); by default nothing waits, and the
     final version stops on a bad target with a device-side assertion, as PyTorch does.

@@ -44,7 +44,7 @@ _KERNEL = None
 def _ops():
     global _KERNEL
     if _KERNEL is None:
-        from .load import load
+        from .loader import load
 
         _KERNEL = load(LLM_CE_FILE)
     return _KERNEL.ops

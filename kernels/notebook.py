@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .load import KERNELS_DIR, source_path
+from .build_cache import KERNELS_DIR, source_path
 
 # The first cell of every notebook (tests/test_notebooks.py checks it is exactly this, with the
 # repository URL of _config.yml). It makes `kernels` importable inside the repository and on
@@ -15,7 +15,7 @@ if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "load.py")))
+            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)'''
 

@@ -331,7 +331,7 @@ class LossOps:
 def build(element_wise: str = FUSED_LOSSES_FILE,
           cross_entropy: str = CROSS_ENTROPY_FILE) -> LossOps:
     """Build (or fetch from the cache) the kernels and return their operators."""
-    from .load import load
+    from .loader import load
 
     return LossOps(load(element_wise), load(cross_entropy))
 

@@ -113,14 +113,14 @@ def plot_throughput(rows, loss: str, providers=None, title: str | None = None, a
                     highlight=None, x=math.prod, show_legend: bool = True):
     """GB/s against elements (log x) for each provider, with the measured read bandwidth as a line.
 
-    ``rows`` are results rows (``kernels.results.load``); ``providers`` fixes the order and the
-    subset of lines (default: all, in the order they first appear). ``highlight``, when given,
-    names the lines that matter: the others are drawn thin and grey, with one legend entry, so
-    that a panel never has more than a handful of colours. ``x`` maps a row's shape to its x
-    value (default: the number of elements). Without ``ax`` the plot is a figure of its own
-    (:func:`subplots`) with its legend on the right; with ``ax`` (a panel of a grid), the title
-    is the loss alone, and ``show_legend=False`` leaves the legend to the caller (one for the
-    whole grid: :func:`legend` of the figure).
+    ``rows`` are results rows (``kernels.results.read_rows``, a chapter's ``ch.rows()``);
+    ``providers`` fixes the order and the subset of lines (default: all, in the order they first
+    appear). ``highlight``, when given, names the lines that matter: the others are drawn thin
+    and grey, with one legend entry, so that a panel never has more than a handful of colours.
+    ``x`` maps a row's shape to its x value (default: the number of elements). Without ``ax``
+    the plot is a figure of its own (:func:`subplots`) with its legend on the right; with ``ax``
+    (a panel of a grid), the title is the loss alone, and ``show_legend=False`` leaves the legend
+    to the caller (one for the whole grid: :func:`legend` of the figure).
     """
     from matplotlib.ticker import FuncFormatter, LogLocator
 

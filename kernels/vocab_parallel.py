@@ -63,7 +63,7 @@ def shard_bounds(vocab_size: int, rank: int, world: int) -> tuple[int, int]:
 def _ops():
     global _KERNEL
     if _KERNEL is None:
-        from .load import load
+        from .loader import load
 
         _KERNEL = load(KERNEL_FILE)
     return _KERNEL.ops

@@ -2,7 +2,7 @@
 
 One test per ``.cu`` file under kernels/, solutions/ and tests/fixtures/ (the wrong-answer
 fixtures must compile too: they compute wrong things, they are not syntax errors). No GPU is
-needed: ``kernels.load.load(path, archs=("7.5", "9.0"))`` only builds and registers the ops.
+needed: ``kernels.load(path, archs=("7.5", "9.0"))`` only builds and registers the ops.
 
 A file that must not be compiled says so in its first 20 lines with a comment
 ``// test_compile: skip <reason>``; the reason is shown as the skip reason.
@@ -13,20 +13,19 @@ written to ``build_seconds.csv`` in the session's temporary folder; they are not
 (the build-time target is measured by a script, not by a timed test).
 """
 
-import importlib
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from kernels import load
+from kernels.build_cache import Sources
+from kernels.toolchain import nvcc
+
 ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("7.5", "9.0")
 SKIP_MARK = re.compile(r"//\s*test_compile:\s*skip\s*(.*)")
-
-# Importing the loader sets CUDA_HOME where torch would guess it wrong (see kernels/load.py).
-import kernels.load  # noqa: E402,F401
 
 
 def kernel_files():
@@ -36,20 +35,13 @@ def kernel_files():
     return [f for f in files if "_build" not in f.parts and ".ipynb_checkpoints" not in f.parts]
 
 
-def _nvcc():
-    home = os.environ.get("CUDA_HOME")
-    if home and (Path(home) / "bin" / "nvcc").exists():
-        return str(Path(home) / "bin" / "nvcc")
-    return shutil.which("nvcc")
-
-
 @pytest.fixture(scope="session")
 def build_dir(tmp_path_factory):
     import torch
 
     if torch.version.cuda is None:
         pytest.skip("torch has no CUDA build (torch.version.cuda is None): cannot build kernels")
-    if _nvcc() is None:
+    if nvcc() is None:
         pytest.skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
     directory = tmp_path_factory.mktemp("kernel_builds")
     old = os.environ.get("KERNELS_BUILD_DIR")
@@ -74,10 +66,8 @@ def test_kernel_file_compiles(path, build_dir):
     skip = SKIP_MARK.search(head)
     if skip:
         pytest.skip(f"{path.name} asks not to be compiled: {skip.group(1).strip() or 'no reason'}")
-    load = importlib.import_module("kernels.load")  # the module (kernels.load is the function)
-
-    expected = {op for op, _ in load.Sources.read(path).launchers}  # earlier versions spliced in
-    kernel = load.load(path, archs=ARCHS)
+    expected = {op for op, _ in Sources.read(path).launchers}  # earlier versions spliced in
+    kernel = load(path, archs=ARCHS)
     assert kernel.ops, f"{path.name} registered no op"
     assert set(kernel.ops) == expected
     assert not kernel.cached, "the session's build folder is fresh: nothing can be cached"

@@ -66,8 +66,10 @@ def code_without_comments(source: str) -> str:
         return source  # e.g. IPython magics: check the raw text
 
 
-# Building a kernel file: load("x.cu") or kernels.load("x.cu"), not results.load("ch3").
-LOAD_LITERAL = re.compile(r"(?:(?<![\w.])|\bkernels\.)load\(\s*(['\"])([^'\"]+\.cu)\1")
+# Building a kernel file: load("x.cu"), kernels.load("x.cu") or a chapter's
+# ch.exercise("x.cu", check), not another object's load (json.load, some_module.load).
+LOAD_LITERAL = re.compile(
+    r"(?:(?:(?<![\w.])|\bkernels\.)load|\.exercise)\(\s*(['\"])([^'\"]+\.cu)\1")
 SHOW_LITERAL = r"\bshow_source\(\s*(['\"]){}\1"
 
 # What needs a GPU. bench's CPU-only helpers (SIZES, element_wise_shape, gbps, rotation_count,
@@ -76,14 +78,18 @@ TIMING = r"(?:time_ms|launch_overhead_ms|sweep|bench_loss|read_bandwidth|copy_ba
 CPU_BENCH = r"(?:SIZES|element_wise_shape|gbps|rotation_count|Measurement)\b"
 GPU_PATTERNS = {
     "builds a kernel (load)": r"(?:(?<![\w.])|\bkernels\.)load\(",
+    "builds and checks an exercise (Chapter.exercise)": r"\.exercise\(",
     "checks a kernel (check)": r"(?:(?<![\w.])|\bkernels\.(?:check\.)?)check\(",
     "uses CUDA (.cuda)": r"(?<!version)\.cuda\b(?!\.is_available)",
     'allocates on the GPU (device="cuda")': r"device\s*=\s*['\"]cuda",
     "times with kernels.bench": r"\bbench\.(?!" + CPU_BENCH + ")",
     "measures bandwidth": r"\bread_bandwidth\b|\bcopy_bandwidth\b",
+    "asks a Chapter for the GPU or its bandwidth (.gpu, .peak)": r"\.(?:gpu|peak)\b",
     "times": r"(?<![\w])" + TIMING,
 }
-SHOWS_RESULTS = re.compile(r"\bresults\.load\(|markdown_table\(|speedup_table\(|plot_throughput\(")
+# Reading measured rows: results.read_rows("ch3"), a Chapter's ch.rows() or ch.published_rows().
+SHOWS_RESULTS = re.compile(r"\.(?:read_rows|rows|published_rows)\(|markdown_table\(|"
+                           r"speedup_table\(|plot_throughput\(")
 TIMES = re.compile(r"\bbench\.(?!" + CPU_BENCH + r")\w+|(?<![\w])" + TIMING)
 
 
@@ -279,14 +285,20 @@ def _gpu_reasons(source):
     "peak = kernels.bench.read_bandwidth()",
     "rows = bench.sweep(providers, 'mse', shapes)",
     "print(torch.cuda.get_device_name())",
+    'print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")',
+    'ch.exercise("exercises/ch5_ignore_index.cu", check_ignore_index)',
 ])
 def test_rule_needs_gpu(source):
     assert _gpu_reasons(source), source
 
 
 @pytest.mark.parametrize("source", [
-    'rows = kernels.results.load("ch3")',
-    "rows = results.load('ch3')",
+    'rows = kernels.results.read_rows("ch3")',
+    "rows = results.read_rows('ch3')",
+    'ch = Chapter("ch7", bandwidth="copy")',
+    "rows = ch.rows()",
+    'rows = Chapter("ch1").published_rows()',
+    'print(rows[0]["gpu"], rows[0]["peak_gbps"])',
     "shapes = [kernels.bench.element_wise_shape(n, 'mse') for n in kernels.bench.SIZES]",
     "print(torch.version.cuda, torch.cuda.is_available())",
     "# load(\"ch3/v1.cu\") in a comment only",
@@ -298,10 +310,25 @@ def test_rule_runs_on_cpu(source):
 
 
 def test_rule_load_literal():
-    assert LOAD_LITERAL.findall('k = load("ch3/v1.cu"); r = results.load("ch3")') == [('"', "ch3/v1.cu")]
+    assert LOAD_LITERAL.findall('k = load("ch3/v1.cu"); r = results.read_rows("ch3")') == [
+        ('"', "ch3/v1.cu")]
+    assert LOAD_LITERAL.findall("ch.exercise('exercises/ch2_race.cu', check)") == [
+        ("'", "exercises/ch2_race.cu")]
+    assert not LOAD_LITERAL.findall('x = other.load("ch3/v1.cu")')  # not a build of ours
     assert re.search(SHOW_LITERAL.format(re.escape("ch3/v1.cu")), "show_source('ch3/v1.cu', start='x')")
     assert TIMES.search("ms = kernels.bench.time_ms(f, args)")
     assert not TIMES.search("n = kernels.bench.SIZES[0]")
+
+
+@pytest.mark.parametrize("source", [
+    'rows = results.read_rows("ch3")',
+    "rows = ch.rows()",
+    'rows = ch.published_rows("ch6_bf16")',
+    'Markdown(results.markdown_table(rows, ["eager", "v1"], "mse"))',
+])
+def test_rule_shows_results(source):
+    assert SHOWS_RESULTS.search(source), source
+    assert not SHOWS_RESULTS.search('k = load("ch3/v1.cu"); ch = Chapter("ch3")')
 
 
 def test_listings_show_the_files_as_they_are():

@@ -2,14 +2,12 @@
 the fake kernels' shapes, the headers a build hashes, the generated registration, and the
 argument checks that answer before any kernel runs."""
 
-import importlib
-
 import pytest
 import torch
 
 from kernels import losses, operators
-
-load_module = importlib.import_module("kernels.load")  # kernels.load is the function
+from kernels.build_cache import Sources, source_path
+from kernels.codegen import registration
 
 ELEMENT_WISE = losses.ELEMENT_WISE
 
@@ -80,18 +78,16 @@ def test_fake_cross_entropy_shapes(save, saved_shape, saved_dtype, reduction):
 
 
 def test_a_build_hashes_exactly_the_headers_it_includes():
-    path = load_module.source_path("ch6_operators/fused_losses.cu")
-    sources = load_module.Sources.read(path)
+    sources = Sources.read(source_path("ch6_operators/fused_losses.cu"))
     assert sorted(h.name for h in sources.headers) == [
         "binding_utils.h", "cuda_utils.cuh", "fused_loss.cuh", "fused_loss_args.h",
         "loss_args.h", "losses.cuh", "reduce.cuh"]
-    chapter4 = load_module.Sources.read(load_module.source_path("ch4_two_pass/v5_block_tiles.cu"))
+    chapter4 = Sources.read(source_path("ch4_two_pass/v5_block_tiles.cu"))
     assert "fused_loss.cuh" not in {h.name for h in chapter4.headers}
 
 
 def test_fused_loss_registration_gives_the_backward_op_its_schema():
-    code = load_module.registration("lib", [("mse", "FusedLossArgs"),
-                                            ("loss_scale_grad", "FusedLossArgs")])
+    code = registration("lib", [("mse", "FusedLossArgs"), ("loss_scale_grad", "FusedLossArgs")])
     assert 'm.def("mse" FUSED_LOSS_SCHEMA);' in code
     assert 'm.def("loss_scale_grad" FUSED_LOSS_SCALE_GRAD_SCHEMA);' in code
     assert "&fused_loss_scale_grad_op<loss_scale_grad_launch>" in code

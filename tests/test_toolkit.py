@@ -3,22 +3,21 @@
 Each test asserts on values, so that it fails when the behaviour it names breaks.
 """
 
+import hashlib
+import importlib.util
+import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
-
-import importlib
-import importlib.util
 
 import pytest
 import torch
 
-from kernels import bench, losses, notebook, plot, results
-
-# `kernels.load` and `kernels.check` are the functions (kernels/__init__.py); the modules:
-load = importlib.import_module("kernels.load")
-_check = importlib.import_module("kernels.check")
-relative_error, _describe_mismatch = _check.relative_error, _check._describe_mismatch
+from kernels import (bench, build_cache, codegen, loader, losses, notebook, plot, results,
+                     toolchain)
+from kernels.correctness import _describe_mismatch, relative_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,33 +30,33 @@ static cudaError_t helper_launch(const ReductionArgs* a, cudaStream_t s);  // no
 '''
 
 
-# --- load: launchers and registration ------------------------------------------------------
+# --- codegen: launchers and registration -----------------------------------------------------
 
 def test_find_launchers_finds_every_extern_c_launcher_in_order():
-    assert load.find_launchers(SAMPLE) == [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")]
+    assert codegen.find_launchers(SAMPLE) == [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")]
 
 
 def test_find_launchers_rejects_an_unknown_struct():
     text = 'extern "C" cudaError_t mse_launch(const MyArgs* a, cudaStream_t s) {}'
     with pytest.raises(ValueError, match="unknown argument struct.*MyArgs"):
-        load.find_launchers(text)
+        codegen.find_launchers(text)
 
 
 def test_find_launchers_rejects_a_file_without_launchers():
     with pytest.raises(ValueError, match="no launcher found"):
-        load.find_launchers("__global__ void k() {}")
+        codegen.find_launchers("__global__ void k() {}")
 
 
 def test_find_launchers_rejects_mixed_structs():
     text = ('extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s) {}\n'
             'extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStream_t s) {}')
     with pytest.raises(ValueError, match="same argument struct"):
-        load.find_launchers(text)
+        codegen.find_launchers(text)
 
 
 def test_registration_declares_defines_and_implements_each_op():
-    _, template, schema = load.BINDINGS["ReductionArgs"]
-    text = load.registration("lib_abc", [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")])
+    _, template, schema = codegen.BINDINGS["ReductionArgs"]
+    text = codegen.registration("lib_abc", [("mse", "ReductionArgs"), ("hinge", "ReductionArgs")])
     for op in ("mse", "hinge"):
         assert f'extern "C" cudaError_t {op}_launch(const ReductionArgs*, cudaStream_t);' in text
         assert f'm.def("{op}" {schema});' in text
@@ -68,7 +67,7 @@ def test_registration_declares_defines_and_implements_each_op():
     assert text.index("TORCH_LIBRARY(lib_abc") < text.index("TORCH_LIBRARY_IMPL(lib_abc")
 
 
-# --- load: build names -----------------------------------------------------------------------
+# --- build_cache: sources and build names ----------------------------------------------------
 
 def _sample_file(tmp_path, text=SAMPLE, name="v9_sample.cu"):
     path = tmp_path / name
@@ -78,17 +77,17 @@ def _sample_file(tmp_path, text=SAMPLE, name="v9_sample.cu"):
 
 def test_build_name_is_stable_and_starts_with_the_file_stem(tmp_path):
     path = _sample_file(tmp_path)
-    first = load.build_name(path, ("7.5", "9.0"))
-    assert first == load.build_name(path, ("7.5", "9.0"))
+    first = build_cache.build_name(path, ("7.5", "9.0"))
+    assert first == build_cache.build_name(path, ("7.5", "9.0"))
     assert first.startswith("v9_sample_")
     assert len(first.rsplit("_", 1)[1]) == 12
 
 
 def test_build_name_changes_when_the_source_changes(tmp_path):
     path = _sample_file(tmp_path)
-    before = load.build_name(path, ("9.0",))
+    before = build_cache.build_name(path, ("9.0",))
     path.write_text(SAMPLE + "\n// one more comment\n")
-    assert load.build_name(path, ("9.0",)) != before
+    assert build_cache.build_name(path, ("9.0",)) != before
 
 
 def test_an_included_earlier_version_is_spliced_in_with_line_markers(tmp_path):
@@ -97,45 +96,45 @@ def test_an_included_earlier_version_is_spliced_in_with_line_markers(tmp_path):
     (tmp_path / "ch5" / "v3.cu").write_text(SAMPLE)
     later = tmp_path / "ch7" / "v4.cu"
     later.write_text('// v4\n#include "../ch5/v3.cu"\nint after;\n')
-    sources = load.Sources.read(later)
+    sources = build_cache.Sources.read(later)
     assert [op for op, _ in sources.launchers] == ["mse", "hinge"]  # found in the spliced text
     assert sources.spliced == {(tmp_path / "ch5" / "v3.cu").resolve(): SAMPLE}
     assert sources.file_text == later.read_text()
     text = sources.cuda_text
     assert '#line 1 "v3.cu"' in text and '#line 3 "v4.cu"\nint after;' in text
-    before = load.build_name(later, ("9.0",))  # editing the included file changes the build
+    before = build_cache.build_name(later, ("9.0",))  # editing the included file changes the build
     (tmp_path / "ch5" / "v3.cu").write_text(SAMPLE + "// changed\n")
-    assert load.build_name(later, ("9.0",)) != before
+    assert build_cache.build_name(later, ("9.0",)) != before
 
 
 def test_an_included_file_that_is_missing_or_repeated_is_an_error(tmp_path):
     missing = tmp_path / "v4.cu"
     missing.write_text('#include "nowhere.cu"\n')
     with pytest.raises(FileNotFoundError, match="nowhere.cu"):
-        load.Sources.read(missing)
+        build_cache.Sources.read(missing)
     (tmp_path / "v3.cu").write_text(SAMPLE)
     twice = tmp_path / "v5.cu"
     twice.write_text('#include "v3.cu"\n#include "v3.cu"\n')
     with pytest.raises(ValueError, match="included twice"):
-        load.Sources.read(twice)
+        build_cache.Sources.read(twice)
 
 
 def test_an_op_variant_brings_its_binding_file_only_where_it_is_defined():
-    v3 = load.Sources.read(load.source_path("ch5_cross_entropy/v3_fused_rows.cu"))
-    v4 = load.Sources.read(load.source_path("ch7_llm_cross_entropy/v4_cluster_rows.cu"))
+    v3 = build_cache.Sources.read(build_cache.source_path("ch5_cross_entropy/v3_fused_rows.cu"))
+    v4 = build_cache.Sources.read(build_cache.source_path("ch7_llm_cross_entropy/v4_cluster_rows.cu"))
     assert v3.extra_bindings == {}
     assert [p.name for p in v4.extra_bindings] == ["cross_entropy_into_logits.cpp"]
     assert "cross_entropy_into_logits" in {op for op, _ in v4.launchers}
-    assert "CROSS_ENTROPY_INTO_LOGITS_SCHEMA" in load.registration("x", v4.launchers)
+    assert "CROSS_ENTROPY_INTO_LOGITS_SCHEMA" in codegen.registration("x", v4.launchers)
 
 
 def test_build_name_changes_with_the_architectures(tmp_path):
     path = _sample_file(tmp_path)
-    assert load.build_name(path, ("9.0",)) != load.build_name(path, ("7.5", "9.0"))
-    assert load.build_name(path, ("7.5",)) != load.build_name(path, ("9.0",))
+    assert build_cache.build_name(path, ("9.0",)) != build_cache.build_name(path, ("7.5", "9.0"))
+    assert build_cache.build_name(path, ("7.5",)) != build_cache.build_name(path, ("9.0",))
 
 
-# --- load: compiler errors -------------------------------------------------------------------
+# --- toolchain: compiler errors --------------------------------------------------------------
 
 BUILD_LOG = """\
 Error building extension 'v9_sample_0123456789ab':
@@ -152,7 +151,7 @@ ninja: build stopped: subcommand failed.
 
 
 def test_readable_compiler_error_keeps_errors_and_names_the_course_files():
-    shown = load.readable_compiler_error(BUILD_LOG, {
+    shown = toolchain.readable_compiler_error(BUILD_LOG, {
         "cuda.cu": "kernels/ch9/v9_sample.cu", "main.cpp": "kernels/bindings/reduction.cpp"})
     assert ('kernels/ch9/v9_sample.cu(12): error: identifier "undefined_thing" is undefined'
             in shown.splitlines())
@@ -163,52 +162,138 @@ def test_readable_compiler_error_keeps_errors_and_names_the_course_files():
 
 
 def test_readable_compiler_error_falls_back_to_the_log_tail():
-    assert load.readable_compiler_error("something odd", {}) == "something odd"
+    assert toolchain.readable_compiler_error("something odd", {}) == "something odd"
 
 
-# --- load: architectures ---------------------------------------------------------------------
+# --- toolchain: architectures ----------------------------------------------------------------
 
 def test_target_archs_given():
-    assert load.target_archs(("7.5", "9.0")) == ("7.5", "9.0")
-    assert load.target_archs(["8.0"]) == ("8.0",)
+    assert toolchain.target_archs(("7.5", "9.0")) == ("7.5", "9.0")
+    assert toolchain.target_archs(["8.0"]) == ("8.0",)
 
 
 def test_target_archs_without_gpu_or_env_is_an_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
     with pytest.raises(RuntimeError, match="no GPU found"):
-        load.target_archs(None)
+        toolchain.target_archs(None)
 
 
 @pytest.mark.parametrize("env", ["7.5;9.0", "7.5 9.0"])
 def test_target_archs_from_the_environment(monkeypatch, env):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", env)
-    assert load.target_archs(None) == ("7.5", "9.0")
+    assert toolchain.target_archs(None) == ("7.5", "9.0")
 
 
-# --- load: the build folder lock -------------------------------------------------------------
+# --- build_cache: the build folder lock ------------------------------------------------------
 
-def test_exclusive_removes_a_stale_torch_lock(tmp_path):
+def test_build_lock_removes_a_stale_torch_lock(tmp_path):
     directory = tmp_path / "build"
     directory.mkdir()
     (directory / "lock").write_text("")  # what a build killed midway leaves behind
-    with load._exclusive(directory):
+    with build_cache.build_lock(directory):
         assert not (directory / "lock").exists()
         assert (directory / ".course-lock").exists()
 
 
-def test_exclusive_creates_the_folder(tmp_path):
+def test_build_lock_creates_the_folder(tmp_path):
     directory = tmp_path / "a" / "b"
-    with load._exclusive(directory):
+    with build_cache.build_lock(directory):
         assert directory.is_dir()
 
 
 def test_build_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path))
-    assert load.build_root() == tmp_path
+    assert build_cache.build_root() == tmp_path
     monkeypatch.delenv("KERNELS_BUILD_DIR")
-    assert load.build_root().name == f"torch-{torch.__version__}"
+    assert build_cache.build_root().name == f"torch-{torch.__version__}"
+
+
+# --- toolchain: the CUDA toolkit, set when a build starts, never on import -------------------
+
+def test_importing_kernels_changes_no_environment_variable():
+    """Where torch would guess the toolkit wrong (as on CI), $CUDA_HOME is set by a build."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    code = ("import os; before = dict(os.environ); import kernels, kernels.toolchain, "
+            "kernels.loader, kernels.notebook, kernels.operators; "
+            "changed = sorted(k for k in before.keys() | os.environ.keys() "
+            "if before.get(k) != os.environ.get(k)); print(changed)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, text=True,
+                         capture_output=True).stdout
+    assert out.splitlines()[-1] == "[]"
+
+
+def _unset(monkeypatch, *names):
+    """Remove environment variables for one test; monkeypatch restores them, and removes what
+    the test sets (its delenv alone records nothing for a variable that is not set)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+def test_a_build_points_torch_at_the_toolkit_it_would_miss(monkeypatch, tmp_path):
+    from torch.utils import cpp_extension
+
+    toolkit = tmp_path / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    (toolkit / "bin" / "nvcc").write_text("")
+    monkeypatch.setattr(toolchain, "TOOLKIT", toolkit)
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: "/usr/local/bin/nvcc")  # a wrapper
+    _unset(monkeypatch, "CUDA_HOME", "CUDA_PATH")
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", "/usr/local")  # imported already, guessed wrong
+    assert toolchain.toolkit_torch_misses() == toolkit
+    assert toolchain.nvcc() == str(toolkit / "bin" / "nvcc")
+    toolchain.point_torch_at_the_cuda_toolkit()
+    assert os.environ["CUDA_HOME"] == cpp_extension.CUDA_HOME == str(toolkit)
+    monkeypatch.setenv("CUDA_HOME", "/opt/mine")  # the user's choice stands
+    toolchain.point_torch_at_the_cuda_toolkit()
+    assert os.environ["CUDA_HOME"] == "/opt/mine" and toolchain.toolkit_torch_misses() is None
+
+
+# --- loader: one load call -------------------------------------------------------------------
+
+def test_a_load_reads_each_source_once_and_records_it(monkeypatch, tmp_path):
+    """Up to the compiler, with load_inline replaced by a failing build: every file that goes in
+    (chapter 7's v4 splices chapter 5's v3 and adds a binding) is read once, its hash logged for
+    the notebooks, the architectures set for the build only, and the error made readable."""
+    from torch.utils import cpp_extension
+
+    reads = []
+    read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: (reads.append(self),
+                                                                   read_text(self, *a, **k))[1])
+    seen = {}
+
+    def failing_build(**kwargs):
+        seen.update(kwargs, archs=os.environ.get("TORCH_CUDA_ARCH_LIST"),
+                    cuda_home=os.environ.get("CUDA_HOME"))
+        raise RuntimeError(BUILD_LOG.replace("v9_sample_0123456789ab", kwargs["name"]))
+
+    monkeypatch.setattr(cpp_extension, "load_inline", failing_build)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", cpp_extension.CUDA_HOME)
+    _unset(monkeypatch, "CUDA_HOME", "TORCH_CUDA_ARCH_LIST")
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "builds"))
+    monkeypatch.setenv("KERNELS_SOURCES_LOG", str(tmp_path / "sources.jsonl"))
+    toolkit = toolchain.toolkit_torch_misses()  # None where torch finds it, or $CUDA_PATH is set
+    source = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
+    with pytest.raises(loader.KernelBuildError) as error:
+        loader.load(source, archs=("7.5", "9.0"))
+    files = list(reads)  # what the load read (the test reads more below)
+    assert str(error.value).startswith(f"{source} did not compile:\nkernels/{source}(12): error")
+    assert sorted(files) == sorted(set(files)), "a source was read twice"
+    sources = build_cache.Sources.read(build_cache.source_path(source))
+    assert set(files) == {sources.path, sources.binding, *sources.spliced, *sources.headers,
+                          *sources.extra_bindings}
+    assert [p.name for p in sources.spliced] == ["v3_fused_rows.cu"] and sources.extra_bindings
+    assert seen["name"] == sources.build_name(("7.5", "9.0")) and seen["archs"] == "7.5;9.0"
+    assert seen["cuda_home"] == (str(toolkit) if toolkit else None)
+    assert seen["cuda_sources"] == [sources.cuda_text]
+    assert seen["cpp_sources"][-1] == codegen.registration(seen["name"], sources.launchers)
+    assert "TORCH_CUDA_ARCH_LIST" not in os.environ
+    logged = [json.loads(line) for line in (tmp_path / "sources.jsonl").read_text().splitlines()]
+    assert {file: digest for line in logged for file, digest in line.items()} == {
+        p.relative_to(ROOT).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 # --- bench -----------------------------------------------------------------------------------
@@ -317,7 +402,7 @@ def _measurements():
 def test_results_round_trip(tmp_path):
     rows = results.rows_from(_measurements(), "H100", "ch9", 1000.0)
     path = results.save(rows, "ch9", tmp_path / "sub" / "ch9.csv")
-    back = results.load("ch9", path)
+    back = results.read_rows("ch9", path)
     assert len(back) == 4
     first = back[0]
     assert first["gpu"] == "H100" and first["chapter"] == "ch9" and first["loss"] == "mse"
@@ -381,7 +466,7 @@ def test_figures_fit_the_book_column_with_legible_text(tmp_path, grid):
     import matplotlib.pyplot as plt
     from matplotlib.text import Text
 
-    rows = results.load("ch4")
+    rows = results.read_rows("ch4")
     # As the chapters draw a grid: the panels share their axes, labelled once at the outside.
     fig, axes = plot.subplots(*grid, squeeze=False, sharex=True, sharey=True)
     for ax in axes.flat:
@@ -399,7 +484,7 @@ def test_figures_fit_the_book_column_with_legible_text(tmp_path, grid):
 def test_highlight_greys_the_other_lines_under_one_legend_entry():
     import matplotlib.pyplot as plt
 
-    rows = results.load("ch4")
+    rows = results.read_rows("ch4")
     providers = ["eager", "torch.compile", "v1", "v2", "v3", "v5"]
     ax = plot.plot_throughput(rows, "mse", providers, highlight=["eager", "torch.compile", "v5"])
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
@@ -421,6 +506,14 @@ def test_setup_cell_has_the_repository():
     assert 'REPOSITORY = "https://github.com/o/r"' in cell
     assert cell.startswith("# Setup")
     compile(cell, "setup", "exec")  # valid Python
+
+
+def test_setup_cell_finds_the_repository_from_a_notebook_folder():
+    """The cell recognises the repository by a file of kernels/: that file must exist."""
+    cell = notebook.SETUP_CELL.format(repository="https://github.com/o/r")
+    run = subprocess.run([sys.executable, "-c", cell + "\nprint(ROOT)"], cwd=ROOT / "chapters",
+                         text=True, capture_output=True)
+    assert run.returncode == 0 and run.stdout.split() == [str(ROOT)], run.stderr[-500:]
 
 
 def test_show_source_shows_the_whole_file():
@@ -467,7 +560,7 @@ def test_show_source_unknown_file():
         notebook.show_source("ch0_nothing/v0.cu")
 
 
-# --- check -----------------------------------------------------------------------------------
+# --- correctness -----------------------------------------------------------------------------
 
 def test_relative_error_nan_and_inf_are_infinite():
     assert relative_error(torch.tensor(math.nan), torch.tensor(1.0)) == math.inf
@@ -506,8 +599,6 @@ def _reliability_module():
 
 
 def test_reliability_report(tmp_path):
-    import json
-
     report = _reliability_module()
     v = "ch4_two_pass/v2.cu"
     records = [

@@ -4,7 +4,8 @@
 
 Each notebook runs top to bottom in its own folder (as Jupyter and nbval run it). Its metadata
 then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date) and ``course.sources``
-(the SHA-256 of every kernel source the notebook built, logged by ``kernels.load``).
+(the SHA-256 of every kernel source the notebook built, logged by ``kernels.load``: see
+kernels/provenance.py).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.
 """

@@ -87,7 +87,7 @@ def render(records: list[dict], gpu: str = "a GPU", changed=()) -> str:
     text = HEADER.format(gpu=gpu) + "\n".join(lines) + "\n"
     if rejected:
         text += ("\n## Wrong answers the checks reject\n\nEach of these has one typical bug "
-                 "(`tests/fixtures/wrong_answers/`); `kernels.check.check` rejects it with:\n\n"
+                 "(`tests/fixtures/wrong_answers/`); `kernels.check` rejects it with:\n\n"
                  "| wrong answer | first failure |\n|---|---|\n")
         for r in sorted(rejected, key=lambda r: r["version"]):
             message = r.get("message", "").splitlines()[0].replace("|", "\\|")

@@ -116,7 +116,7 @@ def summary(ok: bool) -> None:
 
 def run_exercise(source: str, check) -> bool:
     """Build an exercise kernel (a compile error prints FAIL, not a traceback) and check it."""
-    from kernels.load import KernelBuildError, load
+    from kernels import KernelBuildError, load
 
     try:
         kernel = load(source)

@@ -14,7 +14,7 @@ SEED = 2026
 
 
 def _relative_error(got, expected) -> float:
-    from kernels.check import relative_error
+    from kernels.correctness import relative_error
 
     return relative_error(got, expected)
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import gpu_support  # noqa: F401  (imports kernels.load, which sets CUDA_HOME if torch would guess wrong)
+import gpu_support  # noqa: F401  (puts the repository on sys.path)
 
 
 @pytest.fixture(scope="session", autouse=True)

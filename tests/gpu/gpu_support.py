@@ -6,7 +6,6 @@ sanitize_driver.py, which runs as a script.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -18,14 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from kernels.build_cache import Sources  # noqa: E402  (the repository is on sys.path now)
+
 KERNELS = ROOT / "kernels"
 ELEMENT_WISE_CHAPTERS = ("ch2_atomics", "ch3_block_reduction", "ch4_two_pass")
 CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
 OPERATORS_CHAPTER = "ch6_operators"
 LLM_CHAPTER = "ch7_llm_cross_entropy"
-
-# kernels.load is the function (kernels/__init__.py); this is the module.
-load_module = importlib.import_module("kernels.load")
 
 
 def kernel_files(*chapters) -> list[Path]:
@@ -33,7 +31,7 @@ def kernel_files(*chapters) -> list[Path]:
 
 
 def ops_of(path: Path) -> list[str]:
-    return [op for op, _ in load_module.Sources.read(Path(path).resolve()).launchers]
+    return [op for op, _ in Sources.read(Path(path).resolve()).launchers]
 
 
 def version(path: Path) -> str:

@@ -14,10 +14,11 @@ import sys
 import torch
 
 import gpu_support  # noqa: F401  (puts the repository on sys.path)
-from gpu_support import load_module, loss_of, ops_of
+from gpu_support import loss_of
+from kernels import get_loss, load
 
 SIZES = (1, 100, 4099, 65537)
-HINGE_SHAPES = ((1, 1), (4, 25), (17, 241), (257, 255), (64, 1024))  # last: 16-byte rows
+ROW_TARGET_SHAPES = ((1, 1), (4, 25), (17, 241), (257, 255), (64, 1024))  # last: 16-byte rows
 CE_SHAPES = ((1, 1), (3, 100), (17, 1001), (2, 4099), (1, 65537), (64, 1024))
 # Chapter 7's clusters: 2 or 3 blocks per row (16392), 8 or 16 (131072).
 CLUSTER_SHAPES = ((3, 16392), (2, 131072))
@@ -52,13 +53,10 @@ def fused_loss(kernel, op, loss):
 def element_wise(fn, loss):
     runs = 0
     g = torch.Generator().manual_seed(0)
-    shapes = HINGE_SHAPES if loss == "hinge" else [(n,) for n in SIZES]
+    registered = get_loss(loss)  # its inputs and its target rule (a row, for Hinge)
+    shapes = ROW_TARGET_SHAPES if registered.broadcast_target else [(n,) for n in SIZES]
     for shape in shapes:
-        pred = torch.randn(shape, generator=g)
-        if loss == "hinge":
-            target = (torch.randint(0, 2, shape[-1:], generator=g) * 2 - 1).float()
-        else:
-            target = torch.randn(shape, generator=g)
+        pred, target = registered.make_inputs(shape, g, "cpu")
         for p_off, t_off in ((0, 0), (1, 1), (1, 0)):  # aligned, both unaligned, one unaligned
             fn(cuda(pred, p_off), cuda(target, t_off))
             runs += 1
@@ -101,7 +99,7 @@ def cross_entropy(kernel):
 
 
 def main(path):
-    kernel = load_module.load(path)
+    kernel = load(path)
     runs = 0
     for op in sorted(kernel.ops):
         if op == "cross_entropy":

@@ -11,7 +11,6 @@ running the ops of one kernel file (``kernel=``; by default ``FINAL``, the chapt
 """
 
 import functools
-import importlib
 import math
 
 import pytest
@@ -22,7 +21,7 @@ from gpu_support import CROSS_ENTROPY_CHAPTER, kernel_files, ops_of, record, ver
 
 pytestmark = pytest.mark.gpu
 
-check_module = importlib.import_module("kernels.check")
+from kernels import correctness  # noqa: E402
 from kernels.losses import get_loss  # noqa: E402
 
 FILES = [f for f in kernel_files(CROSS_ENTROPY_CHAPTER) if "cross_entropy" in ops_of(f)]
@@ -64,7 +63,7 @@ def assert_matches(got, expected, rtol=RTOL):
     assert torch.equal(got[~finite & ~torch.isnan(expected)],
                        expected[~finite & ~torch.isnan(expected)]), "infinities differ"
     if finite.any():
-        error = check_module.relative_error(got[finite], expected[finite])
+        error = correctness.relative_error(got[finite], expected[finite])
         assert error <= rtol, f"relative error {error:.2e} > {rtol:.0e}"
 
 
@@ -82,16 +81,16 @@ def test_check_suite(path, reduction):
     loss = get_loss("cross_entropy")
     worst = 0.0
     for _, shape in loss.check_shapes:
-        logits, target = make(*shape, seed=check_module.SEED)
+        logits, target = make(*shape, seed=correctness.SEED)
         try:
-            worst = max(worst, check_module.relative_error(op(logits, target, reduction=reduction),
-                                                           reference(logits, target,
-                                                                     reduction=reduction)))
+            worst = max(worst, correctness.relative_error(op(logits, target, reduction=reduction),
+                                                          reference(logits, target,
+                                                                    reduction=reduction)))
         except Exception:
             worst = math.inf
     try:
-        check_module.check(op, "cross_entropy", rtol=RTOL, reduction=reduction)
-    except check_module.CheckFailed:
+        correctness.check(op, "cross_entropy", rtol=RTOL, reduction=reduction)
+    except correctness.CheckFailed:
         record(version(path), f"check:{reduction}", "fail", worst, cases=len(loss.check_shapes))
         raise
     record(version(path), f"check:{reduction}", "pass", worst, cases=len(loss.check_shapes))
@@ -330,7 +329,7 @@ def test_more_than_2_31_logits():
     for start in range(0, rows, 1024):
         total += reference(logits[start:start + 1024], target[start:start + 1024],
                            reduction="sum").item()
-    error = check_module.relative_error(got, torch.tensor(total, dtype=torch.float64))
+    error = correctness.relative_error(got, torch.tensor(total, dtype=torch.float64))
     del logits
     torch.cuda.empty_cache()
     record(kernel_of().source, "2^31+ logits", "pass" if error <= RTOL else "fail",

@@ -8,7 +8,6 @@ hostile inputs.
   0-d result, bitwise determinism over 100 runs, and more than 2^31 elements.
 """
 
-import importlib
 import math
 
 import pytest
@@ -19,7 +18,7 @@ from gpu_support import (ELEMENT_WISE_CHAPTERS, case_id, element_wise_cases, los
 
 pytestmark = pytest.mark.gpu
 
-check_module = importlib.import_module("kernels.check")  # kernels.check is the function
+from kernels import correctness  # noqa: E402
 from kernels.losses import LOSSES, get_loss  # noqa: E402
 
 # Tolerances of the check suite (max relative error vs float64), 1e-5 unless listed. Only the
@@ -69,12 +68,12 @@ def suite_max_error(fn, loss_name):
     loss = get_loss(loss_name)
     worst = 0.0
     for _, shape in loss.check_shapes:
-        generator = torch.Generator(device="cuda").manual_seed(check_module.SEED)
+        generator = torch.Generator(device="cuda").manual_seed(correctness.SEED)
         inputs = loss.make_inputs(shape, generator, "cuda", None)
         try:
             got = fn(*inputs)
             torch.cuda.synchronize()
-            worst = max(worst, check_module.relative_error(got, loss.reference64(inputs)))
+            worst = max(worst, correctness.relative_error(got, loss.reference64(inputs)))
         except Exception:
             return math.inf, len(loss.check_shapes)
     return worst, len(loss.check_shapes)
@@ -86,8 +85,8 @@ def test_check_suite(path, op):
     fn = built_op(path, op)
     worst, cases = suite_max_error(fn, loss)
     try:
-        check_module.check(fn, loss, rtol=rtol_of(path), shapes=shapes_of(path, loss))
-    except check_module.CheckFailed:
+        correctness.check(fn, loss, rtol=rtol_of(path), shapes=shapes_of(path, loss))
+    except correctness.CheckFailed:
         record(version(path), f"check:{op}", "fail", worst, cases=cases)
         raise
     record(version(path), f"check:{op}", "pass", worst, cases=cases)
@@ -104,13 +103,23 @@ def inputs(loss, shape, device="cuda", dtype=torch.float32, seed=1):
 
 
 def shape_for(loss, rows=257, cols=1031):
-    return (rows, cols)  # hinge: targets (cols,); element-wise: targets of the same shape
+    return (rows, cols)  # targets (cols,) for a loss that broadcasts them, else (rows, cols)
+
+
+def broadcasts(loss):
+    """The registry's rule: the target is one row that every row of pred shares (Hinge)."""
+    return get_loss(loss).broadcast_target
+
+
+def odd_shapes(loss):
+    """Two irregular shapes: 2-D (rows, cols) when the target is a row, else 1-D."""
+    return ((257, 1031), (1024, 1028)) if broadcasts(loss) else (((1 << 20) + 3,), (100_003,))
 
 
 def assert_close_to_float64(got, loss, pred, target, rtol=1e-5):
     expected = get_loss(loss).reference64((pred, target))
     assert got.shape == () and got.dtype == torch.float32 and got.device == pred.device
-    error = check_module.relative_error(got, expected)
+    error = correctness.relative_error(got, expected)
     assert error <= rtol, f"got {got.item():.9g}, expected {expected.item():.9g} ({error:.2e})"
 
 
@@ -123,7 +132,7 @@ def assert_like_torch(got, expected):
         assert got.item() == expected.item(), f"PyTorch gives {expected.item()}, the kernel {got.item()}"
     else:
         assert torch.isfinite(got), f"PyTorch gives {expected.item()}, the kernel {got.item()}"
-        assert check_module.relative_error(got, expected) <= 1e-5, (got.item(), expected.item())
+        assert correctness.relative_error(got, expected) <= 1e-5, (got.item(), expected.item())
 
 
 @final
@@ -156,10 +165,7 @@ def test_non_contiguous_inputs(path, op):
     rows, cols = shape_for(loss)
     pred = torch.randn(cols, rows, device="cuda").t()  # transposed: strides (1, rows)
     assert not pred.is_contiguous()
-    if loss == "hinge":
-        target = (torch.randint(0, 2, (2 * cols,), device="cuda") * 2 - 1).float()[::2]
-    else:
-        target = torch.randn(rows, 2 * cols, device="cuda")[:, ::2]
+    target = inputs(loss, (rows, 2 * cols))[1][..., ::2]  # every other column: stride 2
     assert not target.is_contiguous()
     assert_close_to_float64(fn(pred, target), loss, pred, target)
 
@@ -170,10 +176,8 @@ def test_expanded_inputs(path, op):
     fn = built_op(path, op)
     rows, cols = shape_for(loss)
     pred = torch.randn(1, cols, device="cuda").expand(rows, cols)  # stride 0 along the rows
-    if loss == "hinge":
-        target = torch.tensor([-1.0], device="cuda").expand(cols)  # stride 0
-    else:
-        target = torch.randn(cols, 1, device="cuda").t().expand(rows, cols)
+    target_shape = (cols,) if broadcasts(loss) else (rows, cols)
+    target = inputs(loss, (1, 1))[1].reshape(1).expand(target_shape)  # one value, stride 0
     assert pred.stride(0) == 0 and target.stride(0) == 0
     assert_close_to_float64(fn(pred, target), loss, pred, target)
 
@@ -185,10 +189,7 @@ def test_target_broadcast_from_the_right(path, op):
     fn = built_op(path, op)
     for rows, cols in ((257, 1031), (300, 1024)):  # odd length, and a multiple of 4
         pred = torch.randn(rows, cols, device="cuda")
-        if loss == "hinge":
-            target = (torch.randint(0, 2, (cols,), device="cuda") * 2 - 1).float()
-        else:
-            target = torch.randn(cols, device="cuda")
+        target = inputs(loss, (1, cols))[1].reshape(cols)
         assert_close_to_float64(fn(pred, target), loss, pred, target)
 
 
@@ -196,12 +197,10 @@ def test_target_broadcast_from_the_right(path, op):
 def test_mismatched_shapes_are_rejected(path, op):
     loss = loss_or_skip(op)
     fn = built_op(path, op)
-    if loss == "hinge":
-        pred, target = torch.randn(10, 20, device="cuda"), torch.ones(10, device="cuda")
-    else:
-        pred, target = torch.randn(100, device="cuda"), torch.randn(99, device="cuda")
-    with pytest.raises(RuntimeError, match="shape"):
-        fn(pred, target)
+    for pred, target in ((torch.randn(10, 20, device="cuda"), torch.ones(10, device="cuda")),
+                         (torch.randn(100, device="cuda"), torch.randn(99, device="cuda"))):
+        with pytest.raises(RuntimeError, match="shape"):
+            fn(pred, target)
     with pytest.raises(RuntimeError, match="shape"):
         fn(torch.randn(4, 5, device="cuda"), torch.randn(5, 4, device="cuda"))
 
@@ -212,7 +211,7 @@ def test_empty_inputs_give_nan_like_torch_mean(path, op):
     fn = built_op(path, op)
     for pred, target in ((torch.empty(0, device="cuda"), torch.empty(0, device="cuda")),
                          (torch.empty(0, 5, device="cuda"), torch.ones(5, device="cuda"))):
-        if loss != "hinge" and target.shape != pred.shape:
+        if not broadcasts(loss) and target.shape != pred.shape:
             target = torch.empty(pred.shape, device="cuda")
         got = fn(pred, target)
         assert got.shape == () and got.dtype == torch.float32 and got.device == pred.device
@@ -246,8 +245,7 @@ def test_nan_and_inf_propagate_like_torch(path, op, which, where, value):
     if version(path) in INF_BECOMES_NAN and math.isinf(value):
         pytest.skip(INF_BECOMES_NAN[version(path)])
     fn = built_op(path, op)
-    shapes = ((257, 1031), (1024, 1028)) if loss == "hinge" else (((1 << 20) + 3,), (100_003,))
-    for shape in shapes:
+    for shape in odd_shapes(loss):
         pred, target = inputs(loss, shape)
         for name, tensor in (("pred", pred), ("target", target)):
             if which in (name, "both"):
@@ -274,8 +272,7 @@ def test_result_is_0d_float32_on_the_input_device(path, op):
 def test_unaligned_views(path, op, offsets):
     loss = loss_or_skip(op)
     fn = built_op(path, op)
-    shapes = ((513, 1028), (257, 1031)) if loss == "hinge" else (((1 << 20) + 5,), (100_003,))
-    for shape in shapes:
+    for shape in odd_shapes(loss):
         pred, target = inputs(loss, shape)
         p_off, t_off = offsets
         pred_base = torch.empty(pred.numel() + p_off, device="cuda")
@@ -291,7 +288,7 @@ def test_unaligned_views(path, op, offsets):
 def test_bitwise_deterministic_over_100_runs(path, op):
     loss = loss_or_skip(op)
     fn = built_op(path, op)
-    shape = (2049, 2048) if loss == "hinge" else ((1 << 22) + 7,)
+    shape = (2049, 2048) if broadcasts(loss) else ((1 << 22) + 7,)
     pred, target = inputs(loss, shape)
     results = torch.stack([fn(pred, target) for _ in range(100)])
     bits = torch.unique(results.view(torch.int32))
@@ -303,25 +300,23 @@ def test_more_than_2_31_elements(path, op):
     """Indices past 2^31 need 64-bit arithmetic: compare with float64 computed in chunks."""
     loss = loss_or_skip(op)
     fn = built_op(path, op)
-    if loss == "hinge":
-        shape = (32769, 65536)  # 2^31 + 65536 predictions, targets (65536,)
-    else:
-        shape = ((1 << 31) + 4099,)
+    # 2^31 + 65536 predictions with a target row of 65536, or 2^31 + 4099 pairs
+    shape = (32769, 65536) if broadcasts(loss) else ((1 << 31) + 4099,)
     n = math.prod(shape)
-    need = n * 4 * (1 if loss == "hinge" else 2) + (2 << 30)
+    need = get_loss(loss).min_bytes(shape) + (2 << 30)
     free, _ = torch.cuda.mem_get_info()
     if free < need:
         pytest.skip(f"needs {need / 2**30:.1f} GiB of GPU memory, {free / 2**30:.1f} GiB free")
     pred, target = inputs(loss, shape)
     got = fn(pred, target)
     total = 0.0
-    rows = 1 << 12 if loss == "hinge" else 1 << 26
+    rows = 1 << 12 if broadcasts(loss) else 1 << 26
     for start in range(0, shape[0], rows):
         p = pred[start:start + rows]
-        t = target if loss == "hinge" else target[start:start + rows]
+        t = target if broadcasts(loss) else target[start:start + rows]
         total += get_loss(loss).reference64((p, t)).item() * p.numel()
     expected = torch.tensor(total / n, dtype=torch.float64)
-    error = check_module.relative_error(got, expected)
+    error = correctness.relative_error(got, expected)
     del pred, target
     torch.cuda.empty_cache()
     record(version(path), f"2^31+ elements:{op}", "pass" if error <= 1e-5 else "fail", error,

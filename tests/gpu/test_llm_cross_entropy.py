@@ -18,8 +18,9 @@ import torch.nn.functional as F
 pytestmark = pytest.mark.gpu
 
 V4 = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
-# Relative error (kernels.check.relative_error) allowed against float64: PyTorch's own bf16/fp16
-# paths are within these too (the inputs are rounded to the dtype before the reference sees them).
+# Relative error (kernels.correctness.relative_error) allowed against float64: PyTorch's own
+# bf16/fp16 paths are within these too (the inputs are rounded to the dtype before the reference
+# sees them).
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # Clusters of 1 (4104), 2-3 (16392: uneven slices), 8-16 (128256, Llama 3) and 16 (262144) blocks;
 # 262150 is not a multiple of 16 bytes and streams (v3).
@@ -27,7 +28,7 @@ CLASSES = [4104, 16392, 128256, 262144, 262150]
 
 
 def relative_error(got, expected):
-    from kernels.check import relative_error as rel
+    from kernels.correctness import relative_error as rel
 
     return rel(got.detach().double().cpu(), expected.detach().double().cpu())
 

@@ -1,7 +1,7 @@
 """The validator catches typical bugs, and passes every solution.
 
 - Each kernel in tests/fixtures/wrong_answers/ has one typical bug (its header says which);
-  ``kernels.check.check`` must raise CheckFailed naming the case and what it expected and got.
+  ``kernels.check`` must raise CheckFailed naming the case and what it expected and got.
   One more wrong answer is in Python: a correct kernel whose result is reshaped to [1] instead of
   PyTorch's 0-d (a binding returning at::empty({1})).
 - Every kernel file under solutions/ passes the check suite of the loss each op computes, or,
@@ -17,7 +17,7 @@ from gpu_support import ROOT, loss_of, ops_of, record, version
 
 pytestmark = pytest.mark.gpu
 
-check_module = importlib.import_module("kernels.check")
+from kernels import correctness  # noqa: E402
 from kernels.losses import get_loss  # noqa: E402
 
 WRONG = sorted((ROOT / "tests" / "fixtures" / "wrong_answers").glob("*.cu"))
@@ -46,8 +46,8 @@ def callable_for(kernel, op):
 
 
 def assert_rejected(fn, loss, name):
-    with pytest.raises(check_module.CheckFailed) as failure:
-        check_module.check(fn, loss)
+    with pytest.raises(correctness.CheckFailed) as failure:
+        correctness.check(fn, loss)
     message = str(failure.value)
     labels = [label for label, _ in get_loss(loss).check_shapes]
     assert message.startswith(f"FAIL {loss}, "), message
@@ -71,7 +71,7 @@ def test_shape_1_instead_of_0d_is_rejected():
     from kernels import load
 
     kernel = load(CORRECT)
-    check_module.check(kernel.mse, "mse")  # the kernel itself is right
+    correctness.check(kernel.mse, "mse")  # the kernel itself is right
 
     def returns_shape_1(pred, target):
         return kernel.mse(pred, target).reshape(1)
@@ -92,5 +92,18 @@ def test_solution_passes(path):
     cases = ops_and_losses(path)
     assert cases, f"{path.name} defines no loss op"
     for op, loss in cases:
-        check_module.check(callable_for(kernel, op), loss)
+        correctness.check(callable_for(kernel, op), loss)
     record(version(path), "validator", "pass", cases=len(cases))
+
+
+def test_nan_dropping_smooth_l1_fails_only_the_special_values():
+    """A Smooth L1 written with fmaxf turns a NaN into 0.5: the random-input suite cannot see
+    it, the NaN/infinity cases that chapter 3's exercise runs must."""
+    from kernels import load
+
+    kernel = load(ROOT / "tests" / "fixtures" / "drops_nan" / "smooth_l1_fmaxf.cu")
+    correctness.check(kernel.smooth_l1, "smooth_l1")  # finite inputs: right
+    with pytest.raises(correctness.CheckFailed, match="NaN"):
+        correctness.check(kernel.smooth_l1, "smooth_l1", special_values=True)
+    solution = load(ROOT / "solutions" / "kernels" / "ch3_smooth_l1.cu")
+    correctness.check(solution.smooth_l1, "smooth_l1", special_values=True)

@@ -1,0 +1,112 @@
+"""``load``: build a kernel version from its single ``.cu`` file with ``load_inline``.
+
+``load("ch4_two_pass/v2_deterministic_tiles.cu")`` compiles the file together with the binding
+its launchers need (``kernels/bindings``), registers one PyTorch op per launcher it defines
+(``extern "C" cudaError_t mse_launch(const ReductionArgs*, ...)`` becomes ``.mse``), and returns
+a :class:`Kernel` whose attributes are those ops. The steps are the other modules' jobs: the
+sources and the build's cached name (build_cache), the registration C++ (codegen), the toolkit
+and the architectures (toolchain), the notebooks' record of what was built (provenance).
+
+Why it is fast: the ``.cu`` files include only CUDA headers and the binding includes only the
+few ATen headers it uses (no ``torch/extension.h``, no pybind11), and ops are registered with
+``TORCH_LIBRARY``: a cold build takes seconds, not a minute; an unchanged one is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from . import provenance, toolchain
+from .build_cache import COMMON_DIR, KERNELS_DIR, Sources, build_lock, build_root, source_path
+from .codegen import registration
+
+
+class KernelBuildError(RuntimeError):
+    """The compiler rejected a kernel file; the message keeps only the compiler's diagnostics."""
+
+
+@dataclass
+class Kernel:
+    """A built kernel version: one attribute per op, e.g. ``kernel.mse(pred, target)``."""
+
+    source: str  # relative to kernels/ (course kernels) or to the repository (solutions)
+    name: str  # the unique build and library name
+    struct: str = ""  # the launchers' argument struct, which names the binding
+    ops: dict = field(default_factory=dict)
+    build_seconds: float = 0.0
+    cached: bool = False
+
+    def __getattr__(self, op):
+        ops = self.__dict__.get("ops", {})
+        if op in ops:
+            return ops[op]
+        raise AttributeError(f"{self.source} defines no op {op!r}; it has {sorted(ops)}")
+
+    def __repr__(self):
+        how = "cached" if self.cached else f"built in {self.build_seconds:.1f} s"
+        return f"<Kernel {self.source}: {', '.join(sorted(self.ops))} ({how})>"
+
+
+_LOADED: dict[str, Kernel] = {}
+
+
+def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel:
+    """Build (or fetch from the cache) one kernel file and return its ops.
+
+    ``archs`` are compute capabilities such as ``("7.5", "9.0")``; by default the GPU present.
+    Raises :class:`KernelBuildError` with the compiler's messages if the file does not compile.
+    """
+    toolchain.point_torch_at_the_cuda_toolkit()  # before cpp_extension reads $CUDA_HOME
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    path = source_path(source)
+    archs = toolchain.target_archs(archs)
+    sources = Sources.read(path)  # every file read once, here
+    name = sources.build_name(archs)
+    # Shown relative to kernels/ (course kernels) or to the repository (solutions/kernels/...).
+    inside = path.is_relative_to(KERNELS_DIR)
+    shown = path.relative_to(KERNELS_DIR if inside else KERNELS_DIR.parent).as_posix()
+    provenance.record(sources)
+    if name in _LOADED:
+        return _LOADED[name]
+
+    directory = build_root() / name
+    cached = (directory / f"{name}.so").exists()
+    started = time.perf_counter()
+    with build_lock(directory), toolchain.arch_list(archs):
+        try:
+            load_inline(
+                name=name,
+                cpp_sources=[sources.binding_text, *sources.extra_bindings.values(),
+                             registration(name, sources.launchers)],
+                cuda_sources=[sources.cuda_text],
+                extra_include_paths=[str(COMMON_DIR)],
+                # The binding only checks tensors and calls the launcher: optimising it saves
+                # nothing measurable per call but costs seconds of every build.
+                extra_cflags=["-O0"],
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                build_directory=str(directory),
+                is_python_module=False,
+                no_implicit_headers=True,
+                verbose=verbose,
+            )
+        except RuntimeError as error:
+            files = {"cuda.cu": f"kernels/{shown}" if inside else shown,
+                     "main.cpp": f"kernels/bindings/{sources.binding.name}"}
+            raise KernelBuildError(f"{shown} did not compile:\n"
+                                   f"{toolchain.readable_compiler_error(str(error), files)}"
+                                   ) from None
+    struct = sources.launchers[0][1]
+    kernel = Kernel(source=shown, name=name, struct=struct,
+                    build_seconds=time.perf_counter() - started, cached=cached)
+    namespace = getattr(torch.ops, name)
+    kernel.ops = {op: getattr(namespace, op) for op, _ in sources.launchers}
+    # Fake kernels and autograd formulas (chapter 6): once per library, as its namespace is new.
+    from .operators import register
+
+    register(kernel, struct)
+    _LOADED[name] = kernel
+    return kernel

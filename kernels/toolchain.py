@@ -1,0 +1,99 @@
+"""The CUDA toolchain a build uses: where the toolkit is, which GPU architectures, what nvcc said.
+
+Importing this module changes nothing: :func:`point_torch_at_the_cuda_toolkit` runs when a build
+starts (``kernels.load``), and :func:`arch_list` sets ``TORCH_CUDA_ARCH_LIST`` only around one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+TOOLKIT = Path("/usr/local/cuda")
+
+
+def toolkit_torch_misses() -> Path | None:
+    """The toolkit to point torch at, where torch would guess it wrong; else None.
+
+    torch.utils.cpp_extension takes the toolkit from $CUDA_HOME (or $CUDA_PATH), else from the nvcc
+    on PATH. Where that nvcc is a wrapper script outside the toolkit (/usr/local/bin/nvcc on our CI
+    machines), torch guesses /usr/local and the link cannot find -lcudart: then /usr/local/cuda.
+    """
+    if "CUDA_HOME" in os.environ or "CUDA_PATH" in os.environ:
+        return None
+    nvcc = shutil.which("nvcc")
+    beside = Path(nvcc).resolve().parent.parent if nvcc else None
+    if (beside is None or not (beside / "include" / "cuda.h").exists()) \
+            and (TOOLKIT / "bin" / "nvcc").exists():
+        return TOOLKIT
+    return None
+
+
+def point_torch_at_the_cuda_toolkit() -> None:
+    """Set $CUDA_HOME where torch would guess it wrong (see :func:`toolkit_torch_misses`).
+
+    cpp_extension reads the variable once, when it is imported; if something imported it already
+    (torch.compile's inductor does), its guess is corrected too, as inductor itself does.
+    """
+    toolkit = toolkit_torch_misses()
+    if toolkit is None:
+        return
+    os.environ["CUDA_HOME"] = str(toolkit)
+    cpp_extension = sys.modules.get("torch.utils.cpp_extension")
+    if cpp_extension is not None:
+        cpp_extension.CUDA_HOME = str(toolkit)
+
+
+def nvcc() -> str | None:
+    """The nvcc a build runs: its toolkit's ($CUDA_HOME, or the one torch misses), else PATH's."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or toolkit_torch_misses()
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def target_archs(archs=None) -> tuple[str, ...]:
+    """The GPU architectures to compile for: given, else the GPU present, else an error."""
+    if archs:
+        return tuple(archs)
+    import torch
+
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return (f"{major}.{minor}",)
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if env:
+        return tuple(env.replace(";", " ").split())
+    raise RuntimeError("no GPU found: pass archs=('7.5', '9.0') to compile without running, "
+                       "or set TORCH_CUDA_ARCH_LIST")
+
+
+@contextlib.contextmanager
+def arch_list(archs):
+    """Set $TORCH_CUDA_ARCH_LIST (what cpp_extension compiles for) to ``archs`` for one build."""
+    old = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(archs)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = old
+
+
+def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
+    """Keep the compiler's diagnostics and point them at the course's files, not the build copies."""
+    keep = []
+    for line in log.splitlines():
+        for build_file, shown in sources.items():
+            line = re.sub(r"\S*/" + re.escape(build_file), shown, line)
+        if re.search(r"\berror\b|\bwarning\b|^\s*\^|^\s{2,}\S", line) and "ninja" not in line:
+            keep.append(line)
+        elif re.search(r"\(\d+\): |:\d+:\d+: ", line):
+            keep.append(line)
+    return "\n".join(keep[:60]) or log[-4000:]

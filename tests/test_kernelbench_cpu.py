@@ -1,0 +1,450 @@
+"""kernels/kernelbench.py without a GPU: the four problems against KernelBench's definitions, the
+validator's rules, and every anti-cheat check catching its cheat (CPU tensors, small sizes).
+
+The GPU half (the course's entries pass, the same cheats fail, work on a side stream is caught)
+is tests/gpu/test_kernelbench.py.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import kernelbench as kb
+from kernels import losses, results
+from kernels.operators import LossOps
+
+SMALL = {94: {"batch_size": 48, "dim": 40}, 95: {"batch_size": 40, "num_classes": 33},
+         96: {"batch_size": 48, "dim": 40}, 100: {"batch_size": 48, "dim": 48}}
+
+
+def small(problem_id):
+    return kb.PROBLEMS[problem_id].resized(**SMALL[problem_id])
+
+
+def run(problem_id, model, **kwargs):
+    return kb.evaluate(small(problem_id), model, device="cpu", **kwargs)
+
+
+def failed_checks(result):
+    return [check.split(" (")[0] for check, _ in result.failures]
+
+
+# --- the problems are KernelBench's ----------------------------------------------------------
+
+def test_problem_sizes_and_expressions_are_upstreams():
+    """Level 1's files at the commit read (sizes of July 2025: 76b487e, 6b1cea2)."""
+    expected = {
+        94: ("94_MSELoss", {"batch_size": 32768, "dim": 32768}, "torch.mean((predictions - targets) ** 2)"),
+        95: ("95_CrossEntropyLoss", {"batch_size": 32768, "num_classes": 4096},
+             "torch.nn.functional.cross_entropy(predictions, targets)"),
+        96: ("96_HuberLoss", {"batch_size": 32768, "dim": 32768},
+             "torch.nn.functional.smooth_l1_loss(predictions, targets)"),
+        100: ("100_HingeLoss", {"batch_size": 32768, "dim": 32768},
+              "torch.mean(torch.clamp(1 - predictions * targets, min=0))"),
+    }
+    assert sorted(kb.PROBLEMS) == sorted(expected)
+    for pid, (name, sizes, expression) in expected.items():
+        problem = kb.PROBLEMS[pid]
+        assert (problem.id, problem.name, problem.sizes, problem.expression) == (pid, name, sizes, expression)
+        assert problem.url.endswith(f"/blob/{kb.COMMIT}/KernelBench/level1/{name}.py")
+        assert problem.get_init_inputs() == []
+    assert kb.PROBLEMS[94].input_shapes() == [(32768, 32768), (32768, 32768)]
+    assert kb.PROBLEMS[95].input_shapes() == [(32768, 4096), (32768,)]
+    assert kb.PROBLEMS[100].input_shapes() == [(32768, 32768), (32768,)]
+    assert kb.PROBLEMS[94].min_bytes() == 2 * 4 * 32768 ** 2
+    assert kb.PROBLEMS[95].min_bytes() == 4 * 32768 * 4096 + 8 * 32768
+    assert kb.PROBLEMS[100].min_bytes() == 4 * (32768 ** 2 + 32768)
+
+
+def upstream_get_inputs(problem_id, sizes):
+    """get_inputs() as the upstream files write it (global RNG), at other sizes."""
+    if problem_id in (94, 96):
+        scale = torch.rand(())
+        shape = (sizes["batch_size"], sizes["dim"])
+        return [torch.rand(*shape) * scale, torch.rand(*shape)]
+    if problem_id == 95:
+        return [torch.rand(sizes["batch_size"], sizes["num_classes"]),
+                torch.randint(0, sizes["num_classes"], (sizes["batch_size"],))]
+    return [torch.rand(sizes["batch_size"], sizes["dim"]),
+            torch.randint(0, 2, (sizes["batch_size"],)).float() * 2 - 1]
+
+
+@pytest.mark.parametrize("problem_id", sorted(kb.PROBLEMS))
+def test_get_inputs_draws_what_upstream_draws_after_the_same_seed(problem_id):
+    for seed in (42, 734796314):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            expected = upstream_get_inputs(problem_id, SMALL[problem_id])
+        got = small(problem_id).get_inputs(seed)
+        assert [x.dtype for x in got] == [x.dtype for x in expected]
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_trial_seeds_are_run_and_check_correctness_seeds():
+    with torch.random.fork_rng():
+        torch.manual_seed(42)
+        upstream = [torch.randint(0, 2**32 - 1, (1,)).item() for _ in range(5)]
+    assert kb.trial_seeds() == upstream == [734796314, 576165995, 2197670066, 839703249, 2584932063]
+    assert kb.trial_seeds(42, 3) == upstream[:3]
+
+
+def test_kernelbench_constants():
+    assert (kb.CORRECT_TRIALS, kb.SEED, kb.WARMUP_NEW, kb.WARMUP_REFERENCE, kb.DISCARD_FIRST) == (5, 42, 3, 5, 1)
+    assert kb.TOLERANCES == {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+    assert kb.FLUSH_BYTES == 32 * 1024 * 1024 * 8 and kb.EXCESSIVE_SPEEDUP == 10
+
+
+def test_what_kernelbench_inputs_never_exercise_and_the_off_distribution_trial_does():
+    g = torch.Generator().manual_seed(0)
+    p, t = small(96).get_inputs(1)
+    assert (p - t).abs().max() < 1  # Huber's quadratic part only: smooth_l1 == 0.5 * MSE
+    assert torch.allclose(F.smooth_l1_loss(p, t), 0.5 * torch.mean((p - t) ** 2))
+    p, t = small(100).get_inputs(1)
+    assert (1 - p * t).min() > 0  # the hinge's clamp never acts
+    logits, target = small(95).get_inputs(1)
+    assert 0 <= logits.min() and logits.max() < 1 and target.dtype == torch.int64
+    p, t = kb.PROBLEMS[96].off_distribution(SMALL[96], g, "cpu")
+    assert (p - t).abs().max() > 1
+    p, t = kb.PROBLEMS[100].off_distribution(SMALL[100], g, "cpu")
+    assert (1 - p * t).min() < 0
+    logits, _ = kb.PROBLEMS[95].off_distribution(SMALL[95], g, "cpu")
+    assert logits.max() > 89  # exp() of it overflows float32
+
+
+def test_integer_inputs_stay_integers_on_the_device():
+    """KernelBench casts every input to the precision (issue #151); class indices must stay."""
+    logits, target = kb._on_device(small(95).get_inputs(3), torch.device("cpu"), torch.float16)
+    assert logits.dtype == torch.float16 and target.dtype == torch.int64
+
+
+def test_reference_models_compute_the_course_losses():
+    for pid in sorted(kb.PROBLEMS):
+        problem = small(pid)
+        inputs = problem.get_inputs(5)
+        assert torch.allclose(problem.model()(*inputs), losses.get_loss(problem.loss).reference(*inputs))
+    p, t = small(96).get_inputs(5)
+    assert torch.allclose(kb.Model96()(p, t), F.huber_loss(p, t, delta=1.0))
+
+
+def test_hinge_pairs_each_target_with_a_column():
+    pred = torch.tensor([[0.5, 2.0], [0.5, 2.0]])
+    target = torch.tensor([1.0, -1.0])  # column 0 has label +1, column 1 label -1
+    # [1 - 0.5, 1 + 2], twice: mean 1.75 (a label per row would give (0.5 + 0 + 1.5 + 3) / 4)
+    assert kb.Model100()(pred, target).item() == pytest.approx(1.75)
+
+
+def test_resized_rejects_unknown_sizes_and_a_non_square_hinge():
+    with pytest.raises(kb.KernelBenchError, match="num_classes"):
+        kb.PROBLEMS[94].resized(num_classes=3)
+    with pytest.raises(kb.KernelBenchError, match="dim == batch_size"):
+        kb.PROBLEMS[100].resized(batch_size=8, dim=4)
+
+
+def test_get_problem_by_id_and_name():
+    assert kb.get_problem(95) is kb.PROBLEMS[95]
+    assert kb.get_problem("96_HuberLoss") is kb.PROBLEMS[96]
+    with pytest.raises(kb.KernelBenchError, match="unknown problem"):
+        kb.get_problem(97)
+
+
+def test_problems_table_lists_the_four():
+    text = kb.problems_table()
+    assert all(p.url in text for p in kb.PROBLEMS.values())
+    assert "8.59 GB" in text
+
+
+# --- honest models pass ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem_id", sorted(kb.PROBLEMS))
+def test_the_reference_itself_passes(problem_id):
+    result = run(problem_id, kb.PROBLEMS[problem_id].model, entry="reference")
+    assert result.passed and result.kernelbench_passed, result.verdict
+    assert result.trials_passed == result.trials == 5
+    assert result.verdict.startswith("PASS") and result.reason == ""
+    assert result.max_abs_diff == 0
+
+
+def test_an_instance_and_a_source_text_are_accepted():
+    assert run(94, kb.Model94()).passed
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n" \
+             "        return ((p - t) ** 2).mean()\n"
+    assert run(94, source).passed
+
+
+# --- bad learner input: clear errors and verdicts ------------------------------------------------
+
+def test_no_model_new_is_a_clear_error():
+    with pytest.raises(kb.KernelBenchError, match="needs your ModelNew"):
+        run(94, None)
+    with pytest.raises(kb.KernelBenchError, match="defines no ModelNew.*Model"):
+        kb.model_from_source("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    with pytest.raises(kb.KernelBenchError, match="subclass torch.nn.Module"):
+        run(94, type("ModelNew", (), {}))
+    with pytest.raises(kb.KernelBenchError, match="must be a class"):
+        run(94, 3)
+
+
+def test_timing_on_the_cpu_is_refused():
+    with pytest.raises(kb.KernelBenchError, match="needs a CUDA device"):
+        run(94, kb.Model94, measure=True)
+
+
+class Shaped(torch.nn.Module):
+    def forward(self, p, t):
+        return torch.mean((p - t) ** 2, dim=1)
+
+
+class Float64(torch.nn.Module):
+    def forward(self, p, t):
+        return torch.mean((p.double() - t.double()) ** 2)
+
+
+class PythonFloat(torch.nn.Module):
+    def forward(self, p, t):
+        return torch.mean((p - t) ** 2).item()
+
+
+class Raises(torch.nn.Module):
+    def forward(self, p, t):
+        raise RuntimeError("no kernel yet")
+
+
+class BrokenInit(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise OSError("nvcc not found")
+
+
+class NaNs(torch.nn.Module):
+    def forward(self, p, t):
+        return torch.mean((p - t) ** 2) * math.nan
+
+
+@pytest.mark.parametrize("model, check, words", [
+    (Shaped, "correct", "output shape (48,), expected ()"),
+    (Float64, "correct", "dtype torch.float64, expected torch.float32"),
+    (PythonFloat, "correct", "returned float, not a tensor"),
+    (Raises, "runs", "ModelNew raised RuntimeError: no kernel yet"),
+    (NaNs, "correct", "not finite"),
+], ids=["shape", "dtype", "not a tensor", "raises", "nan"])
+def test_wrong_outputs_fail_with_the_reason(model, check, words):
+    result = run(94, model, entry=model.__name__)
+    assert not result.passed and not result.kernelbench_passed
+    assert failed_checks(result)[0] == check and words in result.reason, result.verdict
+    assert result.verdict.startswith("FAIL   94 MSELoss") and words in result.verdict
+
+
+def test_a_model_new_whose_constructor_raises_fails_naming_the_error():
+    result = run(94, BrokenInit)
+    assert failed_checks(result) == ["builds"] and result.trials_passed == 0
+    assert "ModelNew() raised OSError: nvcc not found" in result.verdict
+
+
+# --- the cheats ----------------------------------------------------------------------------------
+
+CPU_CHEATS = [(pid, name) for pid in sorted(kb.PROBLEMS)
+              for name, cheat in kb.cheats(pid).items() if not cheat.gpu_only]
+
+
+@pytest.mark.parametrize("problem_id, name", CPU_CHEATS, ids=[f"{p}-{n}" for p, n in CPU_CHEATS])
+def test_each_cheat_fails_the_check_meant_for_it(problem_id, name):
+    cheat = kb.cheats(problem_id)[name]
+    result = run(problem_id, cheat.model, entry=name)
+    assert not result.passed and cheat.check in failed_checks(result), result.verdict
+    if cheat.kernelbench_accepts is not None:
+        assert result.kernelbench_passed == cheat.kernelbench_accepts, result.verdict
+    assert result.verdict.startswith("FAIL")
+
+
+def test_the_cheats_cover_what_kernelbench_and_its_issues_describe():
+    names = set(kb.cheats(95))
+    assert {"zero output", "a constant", "zeroes its inputs", "answers, then changes an input",
+            "uninitialised output", "result cached by address", "work on a side stream",
+            "no max subtracted"} == names
+    assert "only Huber's quadratic part" in kb.cheats(96) and "no clamp" in kb.cheats(100)
+    assert not any(c.check == "beyond KernelBench's inputs" for c in kb.cheats(94).values())
+
+
+def test_zero_output_is_named():
+    result = run(94, kb.cheats(94)["zero output"].model)
+    assert failed_checks(result)[0] == "correct" and "all zeros" in result.reason
+    assert "not constant" in failed_checks(result)
+
+
+def test_changing_the_inputs_fails_although_kernelbench_accepts_it():
+    result = run(94, kb.cheats(94)["answers, then changes an input"].model)
+    assert result.kernelbench_passed and not result.passed
+    assert failed_checks(result) == ["inputs unchanged"], result.verdict
+    assert "KernelBench's own rules: PASS" in result.verdict
+
+
+class CachedByShape(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, p, t):
+        key = tuple(p.shape)
+        if key not in self.cache:
+            self.cache[key] = torch.mean((p - t) ** 2)
+        return self.cache[key]
+
+
+def test_a_result_cached_by_shape_fails():
+    result = run(94, CachedByShape)
+    assert not result.passed and {"correct", "not constant", "recomputes"} <= set(failed_checks(result))
+
+
+@pytest.mark.parametrize("problem_id", [95, 96, 100])
+def test_shortcuts_fail_only_beyond_kernelbench_inputs(problem_id):
+    (cheat,) = [c for c in kb.cheats(problem_id).values() if c.check == "beyond KernelBench's inputs"]
+    result = run(problem_id, cheat.model)
+    assert result.kernelbench_passed and not result.passed
+    assert failed_checks(result) == ["beyond KernelBench's inputs"], result.verdict
+
+
+# --- each check alone ----------------------------------------------------------------------------
+
+def test_check_output():
+    ref = torch.tensor(2.0)
+    assert kb.check_output(torch.tensor(2.0001), ref, 1e-4) is None  # within atol + rtol * 2
+    assert "|difference| 0.01" in kb.check_output(torch.tensor(2.01), ref, 1e-4)
+    assert "all zeros" in kb.check_output(torch.tensor(0.0), ref, 1e-4)
+    assert "shape (1,)" in kb.check_output(torch.tensor([2.0]), ref, 1e-4)
+    assert "not finite" in kb.check_output(torch.tensor(math.inf), ref, 1e-4)
+
+
+def test_check_inputs_unchanged():
+    x = torch.arange(6.0)
+    kept = [x.clone()]
+    assert kb.check_inputs_unchanged([x], kept) is None
+    x[2] = -1
+    assert "changed input 0 in place (1 of 6 values)" in kb.check_inputs_unchanged([x], kept)
+
+
+def test_check_not_constant():
+    refs = [torch.tensor(1.0), torch.tensor(1.5), torch.tensor(1.5)]
+    assert kb.check_not_constant([torch.tensor(1.0), torch.tensor(1.5), torch.tensor(1.5)], refs) is None
+    # equal outputs where the references are equal too: fine
+    assert kb.check_not_constant([torch.tensor(1.0), torch.tensor(1.4), torch.tensor(1.4)], refs) is None
+    message = kb.check_not_constant([torch.tensor(1.2)] * 3, refs)
+    assert "trials 1 and 2 got the same output 1.2" in message
+
+
+def test_check_recomputes_catches_a_cache_on_the_tensors():
+    problem = small(94)
+    inputs, other = problem.get_inputs(1), problem.get_inputs(2)
+    expected = problem.model()(*other)
+    assert kb.check_recomputes(kb.Model94(), [x.clone() for x in inputs], other, expected, 1e-4) is None
+    cached = kb.cheats(94)["result cached by address"].model()
+    message = kb.check_recomputes(cached, [x.clone() for x in inputs], other, expected, 1e-4)
+    assert message.startswith("new values in the same tensors: output")
+
+
+def timing(event, wall):
+    return kb.Timing([event] * 9, [wall] * 9)
+
+
+def test_check_timed_stream():
+    eager = timing(8.0, 8.15)  # wall - event: 0.15 ms of flush and latencies
+    assert kb.check_timed_stream(timing(2.6, 2.75), eager) is None  # honest
+    assert kb.check_timed_stream(timing(2.6, 2.78), eager) is None  # jitter
+    # the work ran on a side stream: the events saw 0.01 ms, the device was busy 2.6 ms more
+    message = kb.check_timed_stream(timing(0.01, 2.76), eager)
+    assert "2.600 ms per call after ModelNew's end event" in message
+    # half the work hidden is caught; hidden work below 50 us is not (too small to tell)
+    assert kb.check_timed_stream(timing(1.3, 2.75), eager) is not None
+    assert kb.check_timed_stream(timing(0.01, 0.19), eager) is None
+
+
+def test_timing_statistics():
+    t = kb.Timing([1.0, 2.0, 3.0, 6.0], [1.5, 2.5, 3.5, 6.5])
+    assert t.mean == 3.0 and t.median == 2.5 and t.hidden_ms == 0.5
+    assert t.stats()["trials"] == 4 and t.stats()["min"] == 1.0
+
+
+def test_excessive_speedup_is_flagged_not_failed():
+    assert kb.excessive_speedup_note(12.0).startswith("12.0x eager exceeds KernelBench's 10x flag")
+    assert kb.excessive_speedup_note(9.9) is None
+
+
+# --- results: verdict, rows, table, CSV --------------------------------------------------------
+
+def timed_result(**kwargs):
+    result = kb.Result(94, "94_MSELoss", "course", kernelbench_passed=True, trials_passed=5, trials=5,
+                       bytes=8 * 10**9, gpu="GPU", **kwargs)
+    result.timings = {"ModelNew": timing(2.5, 2.6), "eager": timing(7.5, 7.6),
+                      "torch.compile": timing(2.75, 2.85)}
+    return result
+
+
+def test_verdict_and_row_of_a_timed_result():
+    result = timed_result()
+    assert result.speedup("eager") == pytest.approx(3.0) and result.gbps == pytest.approx(3200)
+    assert result.verdict.endswith("5/5 trials and every check passed, 2.500 ms, 3.00x eager, "
+                                   "1.10x torch.compile")
+    row = result.row()
+    assert (row["verdict"], row["kernelbench"], row["ms"], row["speedup_eager"]) == ("PASS", "PASS", "2.5", "3")
+
+
+def test_table_from_results_and_from_the_csv(tmp_path, monkeypatch):
+    failing = timed_result()
+    failing.failures = [("timed stream", "the GPU worked 2.6 ms per call after ...")]
+    rows = kb.rows([timed_result(), failing])
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    results.save_table(rows, "kernelbench")
+    back = results.read_table("kernelbench")
+    assert kb.table(back) == kb.table([timed_result(), failing])
+    text = kb.table(back)
+    assert "| 94 MSELoss | course | PASS | 2.500 | 7.500 | 2.750 | 3.00x | 1.10x | 3200 |" in text
+    assert "| FAIL (1) |" in text and "(1) 94, course: timed stream: the GPU worked" in text
+
+
+def test_fast_p_counts_correct_results_faster_than_p():
+    slow = timed_result()
+    slow.timings["eager"] = timing(3.0, 3.1)  # 1.2x eager
+    wrong = timed_result(failures=[("correct", "no")])
+    wrong.kernelbench_passed = False
+    found = [timed_result(), slow, wrong]
+    assert kb.fast_p(found, 1.0) == pytest.approx(2 / 3)
+    assert kb.fast_p(found, 2.0) == pytest.approx(1 / 3)
+    assert kb.fast_p(kb.rows(found), 1.05, "torch.compile") == pytest.approx(2 / 3)
+
+
+def test_untimed_results_show_dashes():
+    text = kb.table([run(94, kb.cheats(94)["zero output"].model, entry="zero")])
+    assert "| 94 MSELoss | zero | FAIL (1) | – | – | – | – | – | – |" in text
+
+
+# --- the course's entry for problem 100 keeps the reference's broadcast ------------------------
+
+class FakeOps:
+    """LossOps' hinge without a GPU: the same target rule (its _broadcast_row), PyTorch's math."""
+
+    def __init__(self):
+        self.seen = []
+
+    def hinge(self, pred, target):
+        self.seen.append(tuple(target.shape))
+        if target.shape != pred.shape:
+            target = LossOps._broadcast_row("hinge", pred, target)
+        return torch.mean(torch.clamp(1 - pred * target, min=0))
+
+
+@pytest.mark.parametrize("target_shape", [(6,), (1, 6), (5, 1), (5, 6), ()])
+def test_course_hinge_entry_computes_the_reference_for_any_broadcast(monkeypatch, target_shape):
+    monkeypatch.setattr(kb, "_OPS", FakeOps())
+    entry = kb.CourseHinge()
+    g = torch.Generator().manual_seed(0)
+    pred = torch.randn(5, 6, generator=g)
+    target = torch.randint(0, 2, target_shape, generator=g).float() * 2 - 1
+    assert torch.allclose(entry(pred, target), kb.Model100()(pred, target))
+    # the kernel's own broadcast is used where it is PyTorch's (a row of the last dimension)
+    passed_on = entry.ops.seen[-1]
+    assert passed_on == (target_shape if target_shape in [(6,), (1, 6), (5, 6)] else (5, 6))
+
+
+def test_course_entries_cover_the_four_problems():
+    assert sorted(kb.COURSE_ENTRIES) == sorted(kb.PROBLEMS)
