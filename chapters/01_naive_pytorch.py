@@ -445,8 +445,8 @@ else:
 # but the GPU *issues instructions* (loads, address arithmetic, conversions, `exp` on a
 # special-function unit that runs at a fraction of the FMA rate), one per cycle per warp
 # scheduler. A kernel can run out of instruction issue long before its flops fill the roof:
-# chapter 5 measures this with the profiler for cross-entropy in bfloat16, which brings twice
-# the values per byte and so twice the instructions. The best a
+# chapter 5 measures with the profiler how close its cross-entropy kernel comes to that limit,
+# in float32 and in bfloat16 (which brings twice the values per byte). The best a
 # loss kernel can do is read each input once at the read bandwidth, which is what the
 # compiled element-wise losses already come close to. The plot below shows the same picture
 # as a roofline, with each loss's compiled version at its KernelBench size.

@@ -565,9 +565,9 @@ if counters:
 # row lengths it is limited by instructions, not by memory. The final version computes each
 # `exp` once and keeps the row in registers.
 #
-# Instructions matter most in bfloat16: the same bytes hold twice the values, so twice the
-# instructions. The final version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16
-# (32768 x 4096), both with the row in registers:
+# Instructions would matter most in bfloat16: the same bytes hold twice the values. The final
+# version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16 (32768 x 4096), both with
+# the row in registers:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 TWO_DTYPES = '''
@@ -587,12 +587,14 @@ if counters:
     print(counters.table(["float32", "bfloat16"]))
 
 # %% [markdown]
-# Twice the instructions for the same bytes, and the issue slots and the `exp` unit twice as
-# busy. This is why the final version computes $e^{x - m}$ as one multiply and one `MUFU.EX2`
-# (`ex2.approx`) instead of `expf`'s longer sequence: with `expf` its bfloat16 rows ran out of
-# instruction issue before memory bandwidth (the kernel's header has the history). Chapter 1's
-# rule, count the bytes, holds as long as the instructions per byte stay below what the SMs
-# issue; a kernel's profile says when they do not.
+# The prediction, twice the instructions, does not hold for the final version: it executes about
+# as many instructions in bfloat16 as in float32 for the same bytes, and takes about as long.
+# What the two share is how close they run to the instruction limit: the issue slots are busy
+# about three quarters of the time in both. That is why the final version computes $e^{x - m}$
+# as one multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence: with
+# `expf` its bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's
+# header has the history). Chapter 1's rule, count the bytes, holds as long as the
+# instructions per byte stay below what the SMs issue; a kernel's profile says how close it is.
 #
 # The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
 # classes are fewer than eight blocks per SM. A kernel that splits each row across several
