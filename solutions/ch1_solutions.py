@@ -156,6 +156,9 @@ for r in by_size("mse", "eager"):
 # full memory latency) yet large enough that its bytes are no longer free, and the next kernel
 # cannot start before it ends. A better model gives each kernel its own floor and its own bandwidth curve, which is
 # what the chapter's plot of GB/s against size shows.
+#
+# ```{solution-end}
+# ```
 
 # %% [markdown]
 # ```{solution-start} ch1-ce-roofline
