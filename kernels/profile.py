@@ -118,10 +118,14 @@ def short_name(kernel_name: str) -> str:
     return "".join(out)
 
 
+def _in_toolkit(tool: str) -> Path:
+    return Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / tool
+
+
 def ncu_path() -> str | None:
-    return shutil.which("ncu") or next(
-        (str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "ncu",)
-         if p.exists()), None)
+    """ncu on PATH, else in the CUDA toolkit."""
+    found = shutil.which("ncu") or _in_toolkit("ncu")
+    return str(found) if Path(found).exists() else None
 
 
 def parse_raw_csv(text: str, labels) -> list:
@@ -181,7 +185,7 @@ def cuobjdump_path() -> str | None:
     found = shutil.which("cuobjdump")
     if found:
         return found
-    candidates = [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "cuobjdump"]
+    candidates = [_in_toolkit("cuobjdump")]
     try:
         import triton
 
