@@ -38,13 +38,13 @@ import numpy as np
 import torch
 
 import kernels
-from kernels import CheckFailed, KernelBuildError, bench, check, load, results
+from kernels import Chapter, CheckFailed, bench, check, load, results
 from kernels.notebook import show_source
 
+ch = Chapter("ch2")  # the chapter's id, GPU and read bandwidth, for its measurements
+
 # %% tags=["gpu", "nbval-ignore-output"]
-GPU = torch.cuda.get_device_name()
-PEAK = bench.read_bandwidth()  # torch.sum over 4 GiB: the read bandwidth of this GPU
-print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")  # ch.peak: torch.sum over 4 GiB
 
 # %% [markdown]
 # ## From Python to a kernel: the binding
@@ -294,21 +294,17 @@ spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.m
 # `book/results/ch2.csv`.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-import torch._dynamo
-
-# torch.compile(dynamic=False) compiles one graph per size; allow all of them.
-setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
-        else "cache_size_limit", 64)
+ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
 compiled_mse = torch.compile(kernels.losses.mse, dynamic=False)
 shapes = [bench.element_wise_shape(n, "mse") for n in bench.SIZES]
 measured = bench.sweep({"eager": kernels.losses.mse, "torch.compile": compiled_mse,
                         "v2": v2.mse, "v3": v3.mse, "v4": v4.mse}, "mse", shapes)
 measured += bench.sweep({"v1": v1.mse}, "mse", [s for s in shapes if math.prod(s) <= 1 << 24], reps=10)
-results.save(results.rows_from(measured, GPU, "ch2", PEAK), "ch2")
+ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
 # %% tags=["nbval-ignore-output"]
-rows = results.load("ch2")
+rows = ch.rows()
 # Version 1, far below the others, in grey: five lines in colour are as many as the eye follows.
 kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "v1", "v2", "v3", "v4"],
                         highlight=["eager", "torch.compile", "v2", "v3", "v4"]);
@@ -327,8 +323,58 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 # `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead of every version
 # at almost every size (version 4 draws level with it only in the upper part of the range).
 # What remains between the best version and
-# the bandwidth line is how the loads are made (4 bytes at a time, one per input per thread)
-# and, at small sizes, the three launches per call. Chapter 3 works on both.
+# the bandwidth line is, we claim, how the loads are made (4 bytes at a time, one per input per
+# thread) and, at small sizes, the three launches per call. The first part of that claim can
+# be checked.
+#
+# ## What the profiler says
+#
+# Nsight Compute reads the GPU's own counters while a kernel runs ({doc}`../book/profiling`
+# explains the tool and each number). We profile versions 2 to 4 and `torch.sum` at $2^{28}$
+# elements: how busy DRAM was, how many warps were resident, and how long a warp waited
+# between two instructions, most of it for a global load (*stalled on memory*).
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels import profile
+
+AT_2_28 = '''
+import torch
+from kernels import load
+versions = [load(f"ch2_atomics/{name}.cu") for name in
+            ("v2_thread_accumulate", "v3_warp_atomics", "v4_block_atomics")]
+pred, target = torch.randn(1 << 28, device="cuda"), torch.randn(1 << 28, device="cuda")
+for version in versions:
+    version.mse(pred, target)
+torch.sum(pred)
+torch.cuda.synchronize()
+'''
+counters = profile.ncu(AT_2_28, "thread_accumulate|warp_atomics|block_atomics|reduce_kernel",
+                       profile.LATENCY, launches=4)
+if counters:
+    print(counters.table(["v2", "v3", "v4", "torch.sum"]))
+
+# %% [markdown]
+# Two readings. Version 2 keeps DRAM busy for a far smaller share of its time than the others,
+# yet it makes the same loads: its time ends with one atomic per thread on one address, during
+# which no load is in flight, and DRAM throughput is an average over the kernel's whole
+# duration. Versions 3 and 4 have almost every warp slot filled (occupancy), and their warps
+# spend most of each instruction's wait on memory; still DRAM is less busy than under
+# `torch.sum`. To keep memory busy the GPU needs *bandwidth x latency* bytes in flight
+# (Little's law); each thread of versions 3 and 4 has one 4-byte load per input in flight at a
+# time, which the machine code shows:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+[(name, instructions)] = profile.sass(v4, "block_atomics").items()
+print("loads in block_atomics:", {width: profile.count_opcodes(instructions, pattern)
+                                  for width, pattern in (("4-byte", r"LDG\.E(\.(?!64|128)\w+)*$"),
+                                                         ("16-byte", r"LDG\.E(\.\w+)*\.128"))})
+print(profile.excerpt(instructions, r"LDG", 6))
+
+# %% [markdown]
+# Every global load of version 4 is an `LDG.E`, 4 bytes; none is 16 bytes wide. The listing
+# from the first one shows the next instructions working out the target's index (Hinge's
+# broadcast) before the loop can go on: each thread has a load or two in flight, 8 bytes at
+# most. Chapter 3 ends with 16-byte loads, several in flight per thread.
 #
 # ## Exercises
 
@@ -338,8 +384,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 #
 # Give version 1 warp-aggregated atomics: keep one element per thread and no loop, but let the
 # 32 lanes of a warp add their values with `__shfl_down_sync` so that only lane 0 calls
-# `atomicAdd`. Edit `kernels/exercises/ch2_warp_atomics.cu` (its `TODO`), run the check below until
-# it passes, then time it against version 1.
+# `atomicAdd`. Edit `kernels/exercises/ch2_warp_atomics.cu` (its `TODO`) and run the check below
+# until it passes. **Target**: 32 times fewer atomics on the contended address should make it
+# much faster than version 1: the cell times both at $2^{24}$ elements and asks for 20 times.
+# Predict first: why not the full 32?
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -353,11 +401,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 show_source("exercises/ch2_warp_atomics.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch2_warp_atomics.cu")
-    check(exercise.mse, "mse")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse, "mse")):
+    bench.speedup_target(load("exercises/ch2_warp_atomics.cu").mse, v1.mse, "mse", (1 << 24,), 20,
+                         reference_label="version 1", reps=10)
 
 # %% [markdown]
 # ````{exercise}
@@ -365,7 +411,10 @@ except (CheckFailed, KernelBuildError) as failure:
 #
 # `kernels/exercises/ch2_race.cu` sums per thread, then per block in a shared-memory float, then
 # one atomic per block. The check fails, and not always with the same wrong value. Find the
-# race and fix it. Then find a faster fix than the first one you thought of.
+# race and fix it. Then find a faster fix than the first one you thought of. **Target**: 85% of
+# the read bandwidth at $2^{28}$ elements (any correct fix reaches it there: the atomics come
+# once per thread, at the end); then time your two fixes at $2^{16}$ elements, where they do
+# not.
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -379,8 +428,5 @@ except (CheckFailed, KernelBuildError) as failure:
 show_source("exercises/ch2_race.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch2_race.cu")
-    check(exercise.mse, "mse")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+if ch.exercise("exercises/ch2_race.cu", lambda kernel: check(kernel.mse, "mse")):
+    bench.bandwidth_target(load("exercises/ch2_race.cu").mse, "mse", (1 << 28,), 0.85, ch.peak)

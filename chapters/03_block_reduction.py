@@ -36,8 +36,10 @@ import torch
 from IPython.display import Markdown
 
 import kernels
-from kernels import CheckFailed, KernelBuildError, bench, check, load, results
+from kernels import Chapter, bench, check, load, results
 from kernels.notebook import show_source
+
+ch = Chapter("ch3")  # the chapter's id, GPU and read bandwidth, for its measurements
 
 # %% [markdown]
 # One detail first. Versions 1 to 5 use one block per 256 or 512 elements: millions of blocks at
@@ -51,9 +53,7 @@ from kernels.notebook import show_source
 show_source("common/block_slots.cuh")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-GPU = torch.cuda.get_device_name()
-PEAK = bench.read_bandwidth()
-print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 
 # %% [markdown]
 # ## Version 1: a tree in shared memory
@@ -74,6 +74,27 @@ v1
 check(v1.mse, "mse")
 
 # %% [markdown]
+# Is `tid % (2 * s)` expensive? The GPU has no integer divide instruction: a `%` by a number
+# known only at run time becomes a dozen instructions starting with a conversion to float
+# (`I2F.U32.RP`). But the loop has a fixed trip count, so the compiler unrolls it, and in each
+# copy `2 * s` is a constant power of two: the `%` becomes a bit mask (`LOP3.LUT`). The machine
+# code the GPU runs ({doc}`../book/profiling`) shows which happened:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels import profile
+
+[(name, instructions)] = profile.sass(v1, "interleaved_divergent").items()
+divisions = profile.count_opcodes(instructions, r"I2F\.U32\.RP")
+masks = profile.count_opcodes(instructions, r"LOP3")
+print(f"integer divisions (I2F.U32.RP): {divisions}, logic ops (LOP3.LUT): {masks}")
+print(profile.excerpt(instructions, r"BAR", 10))  # the first rounds: test, load, add, store
+
+# %% [markdown]
+# Each round is a `LOP3.LUT` on `tid` (the mask `2s - 1`), predicated shared loads, an add and a
+# store, then the barrier. The one division left is `i % target_len`, which pairs an element with
+# its target when the target is broadcast: it runs once per element, not once per round. The
+# `%` of the tree is free; what costs is the divergence.
+#
 # ## Version 2: no divergent warps
 #
 # In version 1, the threads that work in a round are spread over all warps, so every warp runs
@@ -96,9 +117,34 @@ check(v2.mse, "mse")
 # ## Version 3: sequential addressing
 #
 # Shared memory is split into 32 banks of 4-byte words; the threads of a warp that touch
-# different words of one bank wait for each other. Version 2's stride `2 * s` sends many threads
-# to one bank. Adding the upper half onto the lower half instead makes a warp touch 32
-# consecutive words: one per bank.
+# different words of one bank wait for each other: the access is served in as many
+# *wavefronts* as the most crowded bank has words. In round $s$ of version 2, thread `tid`
+# touches word `2 * s * tid`, so the warp's addresses are $2s$ words apart and $2s$ of them
+# share a bank, as long as 32 threads are still working. Counting it for the 256 threads of a
+# block:
+
+# %%
+def strided_rounds(threads=256, banks=32):
+    """Per round s of version 2: working warps, and words per bank for the busiest bank."""
+    for s in (1 << k for k in range(threads.bit_length() - 1)):
+        working = [tid for tid in range(threads) if 2 * s * tid < threads]
+        warps = {}
+        for tid in working:
+            warps.setdefault(tid // 32, []).append(2 * s * tid)
+        ways = max(max(sum(1 for w in words if w % banks == b) for b in range(banks))
+                   for words in warps.values())
+        yield s, len(working), len(warps), ways
+
+
+print(" s   threads working   warps   wavefronts per access (1 = no conflict)")
+for s, working, warps, ways in strided_rounds():
+    print(f"{s:3}   {working:15}   {warps:5}   {ways}")
+
+# %% [markdown]
+# Conflicts from the first round (2-way), 8-way at $s$ = 4, 8 and 16, fewer once fewer than 32
+# threads are left. Adding the upper half onto the lower half instead makes a warp touch 32
+# consecutive words: one per bank. Nsight Compute counts the wavefronts and the conflicts of
+# both versions on $2^{24}$ elements (65536 blocks):
 
 # %%
 show_source("ch3_block_reduction/v3_sequential.cu")
@@ -109,6 +155,27 @@ v3
 
 # %% tags=["gpu"]
 check(v3.mse, "mse")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+TWO_TREES = '''
+import torch
+from kernels import load
+v2 = load("ch3_block_reduction/v2_interleaved_strided.cu")
+v3 = load("ch3_block_reduction/v3_sequential.cu")
+pred, target = torch.randn(1 << 24, device="cuda"), torch.randn(1 << 24, device="cuda")
+v2.mse(pred, target)
+v3.mse(pred, target)
+torch.cuda.synchronize()
+'''
+banks = profile.ncu(TWO_TREES, "interleaved_strided|sequential", profile.BANKS + ("time (us)",),
+                    launches=2)
+if banks:
+    print(banks.table(["v2", "v3"]))
+    blocks = (1 << 24) // 256
+    for column, name in enumerate(("v2", "v3")):
+        print(f"{name}: {banks.value('shared load wavefronts', column) / blocks:.1f} load wavefronts "
+              f"and {banks.value('shared bank conflicts (loads)', column) / blocks:.1f} load "
+              f"conflicts per block")
 
 # %% [markdown]
 # ## Version 4: the first add during the load
@@ -153,6 +220,10 @@ check(v5.mse, "mse")
 # once per 512 elements. Unaligned views and odd sizes are handled at the edges.
 #
 # Version 6 is also a template over the *loss*: the per-element work is a functor.
+#
+# How many loads in flight? The loop is written with `kUnroll = 4` float4 loads per input per
+# iteration, but the compiler decides what is issued together. The machine code of the main
+# loop, from its first 16-byte load:
 
 # %%
 show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu")
@@ -164,7 +235,16 @@ v6
 # %% tags=["gpu"]
 check(v6.mse, "mse")
 
+# %% tags=["gpu", "nbval-ignore-output"]
+[(name, loop)] = profile.sass(v6, r"MseLossLb1ELb0E").items()  # MSE, float4 path, own target
+print(profile.excerpt(loop, r"LDG\.E(\.\w+)*\.128", 12))
+
 # %% [markdown]
+# Four 16-byte loads (`LDG.E...128`), two per input, before the arithmetic on the first two:
+# 64 bytes per thread in flight, not the `kUnroll` x 2 x 16 = 128 the source suggests. The
+# compiler reuses the registers of one unrolled iteration for the next, and picks the depth;
+# the unrolling only gives it room. Exercise 3.3 asks what a deeper pipeline would buy.
+#
 # The check also covers unaligned views (`x[1:]` starts 4 bytes past a 16-byte boundary), which
 # version 6 handles by peeling its first elements:
 
@@ -216,11 +296,7 @@ check(v6.hinge, "hinge")
 # broadcast target: `kernels.bench.element_wise_shape`.)
 
 # %% tags=["gpu", "nbval-ignore-output"]
-import torch._dynamo
-
-# torch.compile(dynamic=False) compiles one graph per size; allow all of them.
-setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
-        else "cache_size_limit", 64)
+ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
 measured = []
 for loss, versions in [("mse", {"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": v4.mse,
                                 "v5": v5.mse, "v6": v6.mse}),
@@ -229,7 +305,7 @@ for loss, versions in [("mse", {"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": 
     providers = {"eager": reference, "torch.compile": torch.compile(reference, dynamic=False),
                  **versions}
     measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
-results.save(results.rows_from(measured, GPU, "ch3", PEAK), "ch3")
+ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
 # %% [markdown]
@@ -238,7 +314,7 @@ print(f"{len(measured)} measurements saved")
 # generated from the measurements:
 
 # %% tags=["nbval-ignore-output"]
-rows = results.load("ch3")
+rows = ch.rows()
 VERSIONS = ["v1", "v2", "v3", "v4", "v5", "v6"]
 largest = max({r["shape"] for r in results.select(rows, loss="mse")}, key=lambda shape: shape[0])
 print(f"MSE, {largest[0]:,} elements")
@@ -293,7 +369,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # (version 6 without the vector loads) with a loss functor `MySmoothL1` that still computes the
 # squared error. Write Smooth L1 (`F.smooth_l1_loss`, $\beta = 1$): $\frac12 d^2$ if $|d| < 1$,
 # else $|d| - \frac12$, with $d = p - t$. Try it without looking at `losses.cuh`; then try a version
-# without a branch.
+# without a branch. The check adds NaN and infinite inputs to the usual cases: PyTorch's loss
+# of a NaN is NaN, and yours must be too. **Target**: 85% of the read bandwidth at $2^{28}$
+# elements (the skeleton's loads are 4 bytes wide: what does that leave, after chapter 2?).
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -306,11 +384,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 show_source("exercises/ch3_smooth_l1.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch3_smooth_l1.cu")
-    check(exercise.smooth_l1, "smooth_l1")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+if ch.exercise("exercises/ch3_smooth_l1.cu",
+               lambda kernel: check(kernel.smooth_l1, "smooth_l1", special_values=True)):
+    bench.bandwidth_target(load("exercises/ch3_smooth_l1.cu").smooth_l1, "smooth_l1", (1 << 28,),
+                           0.85, ch.peak)
 
 # %% [markdown]
 # ````{exercise}
@@ -332,34 +409,33 @@ except (CheckFailed, KernelBuildError) as failure:
 show_source("exercises/ch3_broken_reduction.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch3_broken_reduction.cu")
-    check(exercise.mse, "mse")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse, "mse"));
 
 # %% [markdown]
 # ````{exercise}
-# :label: ex-ch3-hinge
+# :label: ex-ch3-padded-tree
 #
-# `kernels/exercises/ch3_hinge_broadcast.cu` computes the Hinge loss with one label per *row* of
-# the predictions, as a support-vector machine would. PyTorch does not. Make it pair every
-# prediction with the target PyTorch pairs it with, for every shape the check tries.
+# Version 3 removed version 2's bank conflicts by changing the order of the additions. The
+# other classic cure keeps the order and moves the data: `kernels/exercises/ch3_padded_tree.cu`
+# is version 2 with a function `padded(w)` that says where word `w` of the tree is stored.
+# Make it `w + w / 32` (one unused word after every 32), use it wherever the tree touches
+# shared memory, and give the array the room it needs. Before you run it, use
+# `strided_rounds` above to predict the wavefronts per access with the padding. **Target**:
+# 1.1 times as fast as version 2 at $2^{24}$ elements.
 #
 # ```{admonition} Hint
 # :class: dropdown
-# The prediction is flattened row by row: element $i$ is row $i / D$, column $i \bmod D$, and
-# `target_len` is $D$. Which of the two does broadcasting from the right use? The same formula
-# must also work when target and prediction have the same shape.
+# In round $s$ the warp's words are $2s$ apart: $32 / 2s$ consecutive threads fill the 32
+# banks once, and the next thread's word is 32 further, in the bank of the first. With one
+# extra word per 32 it lands one bank further. The largest padded index is
+# `padded(kThreads - 1)`.
 # ```
 # ````
 
 # %%
-show_source("exercises/ch3_hinge_broadcast.cu")
+show_source("exercises/ch3_padded_tree.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch3_hinge_broadcast.cu")
-    check(exercise.hinge, "hinge")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+if ch.exercise("exercises/ch3_padded_tree.cu", lambda kernel: check(kernel.mse, "mse")):
+    bench.speedup_target(load("exercises/ch3_padded_tree.cu").mse, v2.mse, "mse", (1 << 24,), 1.1,
+                         reference_label="version 2")

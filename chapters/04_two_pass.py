@@ -32,19 +32,20 @@ if ROOT not in sys.path:
 
 # %%
 import math
+import re
 
 import numpy as np
 import torch
 from IPython.display import Markdown
 
 import kernels
-from kernels import CheckFailed, KernelBuildError, bench, check, load, results
+from kernels import Chapter, bench, check, load, results
 from kernels.notebook import show_source
 
+ch = Chapter("ch4")  # the chapter's id, GPU and read bandwidth, for its measurements
+
 # %% tags=["gpu", "nbval-ignore-output"]
-GPU = torch.cuda.get_device_name()
-PEAK = bench.read_bandwidth()
-print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
+print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 
 # %% [markdown]
 # ## Version 1: one partial per block
@@ -132,18 +133,32 @@ def v2_order(x, tile=8192):
     return padded.view(-1, tile).sum(1).double().sum().item()
 
 
-generator = torch.Generator().manual_seed(0)
-x = (torch.randn(1 << 24, generator=generator) - torch.randn(1 << 24, generator=generator)) ** 2
-for gpu, sms in [("T4", 40), ("A100", 108), ("H100 SXM", 132)]:
-    s1, s2 = v1_order(x, 8 * sms), v2_order(x)
-    print(f"{gpu:>9} ({8 * sms:4d} blocks): v1 sum {s1:.17g} (mean {float(np.float32(s1 / x.numel())):.9g})   "
-          f"v2 sum {s2:.17g} (mean {float(np.float32(s2 / x.numel())):.9g})")
+def float32_mean(total, n):
+    return float(np.float32(total / n))
+
+
+GRIDS = [("T4", 40), ("A100", 108), ("H100 SXM", 132)]  # 8 blocks of 256 threads per SM
+n, inputs, flips, example = 1 << 20, 200, 0, None
+for seed in range(inputs):
+    generator = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n, generator=generator) - torch.randn(n, generator=generator)) ** 2
+    v1_means = [float32_mean(v1_order(x, 8 * sms), n) for _, sms in GRIDS]
+    if len(set(v1_means)) > 1:
+        flips += 1
+        example = example or (seed, v1_means, float32_mean(v2_order(x), n))
+print(f"{inputs} random inputs of 2^20 elements: version 1's float32 mean differs between the "
+      f"three grids for {flips} of them; version 2's order has no grid in it")
+if example:
+    seed, v1_means, v2_mean = example
+    print(f"input {seed}: version 1 gives " + ", ".join(
+        f"{m!r} on the {gpu}" for (gpu, _), m in zip(GRIDS, v1_means)) + f"; version 2 {v2_mean!r}")
 
 # %% [markdown]
 # Version 1's sum of partials changes with the grid in its last digits; version 2's cannot. After
 # the division the mean is rounded to float32, which hides such a small difference most of the
-# time, but not when the exact mean lies close to a rounding boundary: then the last bit flips.
-# Reproducible bits need an order that does not depend on the launch, not luck.
+# time, but not when the exact mean lies close to a rounding boundary: then the last bit flips,
+# for a few inputs in a hundred above. Reproducible bits need an order that does not depend on
+# the launch, not luck.
 #
 # On the GPU, both versions give one result however often they run. We call each 100 times on
 # one input of $2^{24}$ elements and count the distinct results; chapter 3's version 6, with its
@@ -247,6 +262,21 @@ check(v4.smooth_l1, "smooth_l1")
 check(v4.hinge, "hinge")
 check(v4.mse_float_tree, "mse")
 check(v4.mse_sequential, "mse")
+
+# %% [markdown]
+# In exact arithmetic Kahan's correction `c = (t - sum) - y` is always 0, so a compiler that
+# treated floats as real numbers would delete it. nvcc never reassociates float additions,
+# not even with `--use_fast_math` (which flushes denormals to zero and approximates division,
+# square roots and `exp`). The PTX of this file, compiled both ways (no GPU needed):
+
+# %% tags=["nbval-ignore-output"]
+from kernels import profile
+
+ADDS = re.compile(r"^\s*(add|sub)(\.ftz)?\.f32", re.MULTILINE)
+for flags in ((), ("--use_fast_math",)):
+    text = profile.ptx("ch4_two_pass/v4_kahan_lanes.cu", flags, function="tile_partials")
+    print(f"{' '.join(flags) or 'default flags':<16}: {len(ADDS.findall(text))} float32 add/sub "
+          f"instructions, {text.count('.ftz')} with .ftz (flush denormals)")
 
 # %% [markdown]
 # ## How accurate is a float32 sum of $2^{30}$ values?
@@ -388,11 +418,7 @@ for cap in ["1", "7", "100"]:
 # `mean`), in two launches. It computes no loss; it shows what reading those bytes costs.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-import torch._dynamo
-
-# torch.compile(dynamic=False) compiles one graph per size; allow all of them.
-setattr(torch._dynamo.config, "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit")
-        else "cache_size_limit", 64)
+ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
 measured = []
 for loss in ("mse", "smooth_l1", "hinge"):
     reference = kernels.get_loss(loss).reference
@@ -403,7 +429,7 @@ for loss in ("mse", "smooth_l1", "hinge"):
     providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss), "v4": getattr(v4, loss),
                       "v5": getattr(v5, loss)})
     measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
-results.save(results.rows_from(measured, GPU, "ch4", PEAK), "ch4")
+ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
 # %% [markdown]
@@ -411,7 +437,7 @@ print(f"{len(measured)} measurements saved")
 # (two launches, block tiles) is fastest, size by size, read from the measurements:
 
 # %% tags=["nbval-ignore-output"]
-rows = results.load("ch4")
+rows = ch.rows()
 for loss in ("mse", "smooth_l1", "hinge"):
     wins = {"v2": 0, "v3": 0, "v5": 0}
     for shape in sorted({r["shape"] for r in results.select(rows, loss=loss)}, key=math.prod):
@@ -455,22 +481,70 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # and version 3's timed entry points put a memset on the stream before their kernel anyway.
 # What made the difference is the shape of the work: version 5, with Inductor's grid, is the
 # fastest of the five at most sizes for all three losses (the count above), so it is the
-# chapter's final kernel. It wins at the largest sizes, where it reads faster than
-# `torch.compile` and, for MSE, than `torch.sum` of the two inputs; and at the smallest, where
-# its single block is the fastest of our versions. From $2^{18}$ to $2^{24}$ elements it is a few
+# chapter's final kernel. At the largest sizes it is level with or ahead of `torch.compile` and,
+# for MSE, `torch.sum` of the two inputs (the margins, and their spread, are measured below);
+# and at the smallest its single block is the fastest of our versions. From $2^{18}$ to $2^{24}$ elements it is a few
 # percent to about 17 percent behind versions 2 and 3: its tiles of at least 4096 elements make fewer work
 # units than their 512-element warp tiles, and smaller block tiles (tried: 1024 and 2048) or a
 # smaller final block did not help (`bench/PERFLOG.md`). The plots and the choice come from
 # the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
-# `torch.compile`, version 5 is ahead at $2^{26}$ elements and above for all three losses. Below
+# `torch.compile`, version 5 is ahead at $2^{26}$ and $2^{28}$ elements for all three losses, and
+# level with it at $2^{30}$ (the spread below). Below
 # that, `torch.compile`'s generated kernels are ahead at most sizes, by a few percent to about
 # 20 percent: at $2^{12}$ elements its single program is cheaper than our single block, and from
 # $2^{16}$ to $2^{24}$ its first kernel is faster than our pass 1 (at $2^{20}$ and $2^{22}$ the
 # profiler's kernel times in `bench/PERFLOG.md` show it). Version 5 is ahead at $2^{14}$
 # elements, where its single block does the whole sum. `bench/reduction_targets.py` prints
 # these ratios size by size.
+#
+# ## Small margins, and a line that can be crossed
+#
+# At the largest sizes version 5, `torch.compile` and `torch.sum` are within a few percent of
+# each other, and the table shows version 5 a little *above* the read bandwidth. One run of a
+# sweep is not enough to call a difference that small. We time the three again, five times in
+# turn, and print each one's spread:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+compiled_mse = torch.compile(kernels.losses.mse, dynamic=False)
+contenders = {"v5": v5.mse, "torch.compile": compiled_mse,
+              "torch.sum x2": lambda p, t: torch.sum(p) + torch.sum(t)}
+for n in (1 << 28, bench.SIZES[-1]):
+    samples = {name: [] for name in contenders}
+    for _ in range(5):
+        for m in bench.bench_loss(contenders, "mse", (n,)):
+            samples[m.provider].append(m.gbps)
+    for name, gbps in samples.items():
+        gbps.sort()
+        print(f"2^{n.bit_length() - 1} {name:<14} GB/s min {gbps[0]:5.0f}  median {gbps[2]:5.0f}  "
+              f"max {gbps[-1]:5.0f}  (median {gbps[2] / ch.peak:.1%} of the line)")
+
+# %% [markdown]
+# Where two spreads overlap, the two are level: a margin under 2% that the spread covers is
+# noise, not a win. And why can a kernel measure above 100%? The line is not the hardware's
+# limit: it is the rate `torch.sum` reads a 4 GiB tensor, measured at the start of the chapter.
+# Nsight Compute measures how busy DRAM is while each kernel runs ({doc}`../book/profiling`):
+
+# %% tags=["gpu", "nbval-ignore-output"]
+READS = '''
+import torch
+from kernels import load
+v5 = load("ch4_two_pass/v5_block_tiles.cu")
+pred, target = torch.randn(1 << 28, device="cuda"), torch.randn(1 << 28, device="cuda")
+v5.mse(pred, target)
+torch.sum(pred)
+torch.cuda.synchronize()
+'''
+counters = profile.ncu(READS, "tile_partials|reduce_kernel", profile.MEMORY, launches=2)
+if counters:
+    print(counters.table(["v5 pass 1", "torch.sum"]))
+
+# %% [markdown]
+# Neither keeps DRAM busy all of the time, and version 5's pass 1 keeps it busy a little more
+# of the time than `torch.sum`'s kernel: that is the whole "above 100%". The roofline's limit
+# is the hardware's rate; the course's line is a strong, honest, measured stand-in for it,
+# which a kernel can beat by the last percent or two, never by more.
 #
 # ## Exercises
 
@@ -487,7 +561,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # :class: dropdown
 # Carry a second float `c`, the rounding error so far. For each partial: `y = x - c`,
 # `t = sum + y`, `c = (t - sum) - y`, `sum = t`. Why does the compiler not simplify
-# `(t - sum) - y` to 0? (It would with `--use_fast_math`.)
+# `(t - sum) - y` to 0? (Version 4's PTX above answers part of it.)
 # ```
 # ````
 
@@ -496,12 +570,14 @@ show_source("exercises/ch4_kahan.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
-try:
-    exercise = load("exercises/ch4_kahan.cu")
-    check(exercise.mse, "mse")
-    check(exercise.mse, "mse", rtol=2e-7, shapes=STRICT)
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+
+
+def check_kahan(kernel):
+    check(kernel.mse, "mse")
+    check(kernel.mse, "mse", rtol=2e-7, shapes=STRICT)
+
+
+ch.exercise("exercises/ch4_kahan.cu", check_kahan);
 
 # %% [markdown]
 # ````{exercise}
@@ -510,7 +586,8 @@ except (CheckFailed, KernelBuildError) as failure:
 # `kernels/exercises/ch4_last_block.cu` finishes in one launch with a counter of finished blocks,
 # a `__device__` global. The first call is right, every later one is wrong: the check passes its
 # first case and fails the second. Make the counter ready for the next launch, in a different
-# way from version 3.
+# way from version 3. **Target**: no slower than version 3 (95% of its speed or better) at
+# $2^{26}$ elements: resetting the counter must not cost a launch or a wait.
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -523,8 +600,6 @@ except (CheckFailed, KernelBuildError) as failure:
 show_source("exercises/ch4_last_block.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-try:
-    exercise = load("exercises/ch4_last_block.cu")
-    check(exercise.mse, "mse")
-except (CheckFailed, KernelBuildError) as failure:
-    print(failure)
+if ch.exercise("exercises/ch4_last_block.cu", lambda kernel: check(kernel.mse, "mse")):
+    bench.speedup_target(load("exercises/ch4_last_block.cu").mse, v3.mse, "mse", (1 << 26,), 0.95,
+                         reference_label="version 3")

@@ -63,8 +63,8 @@ def read_rows(chapter: str, path: Path | None = None) -> list[dict]:
 
 
 
-# The old names, kept for the notebooks that still call them (chapters 2-4 and 6-8) until they
-# are next re-executed on a GPU with a Chapter's rows(); then these aliases go.
+# The old name, kept only for chapter 8, whose notebook is executed on the 2-GPU machine: it
+# switches to a Chapter's rows() at its next re-execution, and this alias goes with it.
 load = read_rows
 
 def save_table(rows: list[dict], name: str) -> Path:
@@ -133,6 +133,3 @@ def speedup_table(rows, providers, loss: str, shape, baseline: str) -> str:
                      f"{100 * r['gbps'] / r['peak_gbps']:.0f}% | {step} | {versus} |")
         previous = r
     return "\n".join(lines)
-
-
-load_table = read_table  # see load above: chapter 7 until its next re-execution

@@ -49,7 +49,10 @@ show_source(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu", fold=False)
 
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu")
-check(solution.smooth_l1, "smooth_l1")
+check(solution.smooth_l1, "smooth_l1", special_values=True)
+
+# %% tags=["gpu", "nbval-ignore-output"]
+bench.bandwidth_target(solution.smooth_l1, "smooth_l1", (1 << 28,), 0.85, bench.read_bandwidth());
 
 # %% [markdown]
 # ```{solution-end}
@@ -82,22 +85,46 @@ check(solution.mse, "mse")
 # ```
 
 # %% [markdown]
-# ```{solution-start} ex-ch3-hinge
+# ```{solution-start} ex-ch3-padded-tree
 # :class: dropdown
 # ```
 #
-# PyTorch broadcasts from the right: a target of shape $(D,)$ next to predictions of shape
-# $(N, D)$ is read as $(1, D)$ and repeated over the rows, so `pred[r, c]` meets `target[c]`.
-# Flattened row by row, element $i$ is in column $i \bmod D$, and `target_len` is $D$: the index is
-# `i % target_len`. The same formula gives `i` when target and prediction have the same shape.
-# Version 6 of the chapter computes the same index without a 64-bit division per element.
+# With `padded(w) = w + w / 32` the words of a warp in round $s$, $2s$ apart, move one bank
+# further every 32 words, so the 32 accesses of a round fall in 32 different banks (the model
+# below, which is `strided_rounds` with the padding). The array needs
+# `padded(kThreads - 1) + 1 = kThreads + kThreads / 32` words. The order of the additions in
+# a block is version 2's.
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch3_hinge_broadcast.cu", fold=False)
+show_source(f"{ROOT}/solutions/kernels/ch3_padded_tree.cu", fold=False)
 
-# %% tags=["gpu"]
-solution = load(f"{ROOT}/solutions/kernels/ch3_hinge_broadcast.cu")
-check(solution.hinge, "hinge")
+# %%
+def padded_ways(threads=256, banks=32):
+    """Per round s: wavefronts per access of the busiest warp, with one pad word per 32."""
+    for s in (1 << k for k in range(threads.bit_length() - 1)):
+        words = {}
+        for tid in (t for t in range(threads) if 2 * s * t < threads):
+            w = 2 * s * tid
+            words.setdefault(tid // 32, []).append(w + w // 32)
+        yield s, max(max(sum(1 for w in ws if w % banks == b) for b in range(banks))
+                     for ws in words.values())
+
+
+print("round s:          ", [s for s, _ in padded_ways()])
+print("wavefronts/access:", [ways for _, ways in padded_ways()])
+
+# %% [markdown]
+# Timed against version 2 of the chapter:
+
+# %%
+show_source("ch3_block_reduction/v2_interleaved_strided.cu", start="// Chapter 3", end="#include")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+solution = load(f"{ROOT}/solutions/kernels/ch3_padded_tree.cu")
+v2 = load("ch3_block_reduction/v2_interleaved_strided.cu")
+check(solution.mse, "mse")
+bench.speedup_target(solution.mse, v2.mse, "mse", (1 << 24,), 1.1, label="padded tree",
+                     reference_label="version 2");
 
 # %% [markdown]
 # ```{solution-end}

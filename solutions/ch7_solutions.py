@@ -24,8 +24,6 @@ if ROOT not in sys.path:
 # explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
-import shutil
-
 import torch
 from IPython.display import Markdown
 
@@ -142,56 +140,39 @@ for chunk in (512, 896, 1024, 2048, 4096):
 # divides the instructions executed, 32 lanes each, by the number of logits):
 
 # %% tags=["gpu", "nbval-ignore-output"]
+from kernels import profile
+
+SAME_BYTES = {"bf16": (8192, 128256), "fp32": (4096, 131072)}
 PROFILE = """
-import sys, torch
+import torch
 from kernels import load
 from kernels.cross_entropy import cross_entropy
 k = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
-rows, classes, dtype = {"bf16": (8192, 128256, torch.bfloat16), "fp32": (4096, 131072, torch.float32)}[sys.argv[1]]
-x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
-t = torch.randint(0, classes, (rows,), device="cuda")
-for _ in range(2):
-    x.grad = None
+for (rows, classes), dtype in (((8192, 128256), torch.bfloat16), ((4096, 131072), torch.float32)):
+    x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
+    t = torch.randint(0, classes, (rows,), device="cuda")
     cross_entropy(x, t, kernel=k).backward()
 torch.cuda.synchronize()
 """
-METRICS = {"gpu__time_duration.sum": "duration",
-           "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM % of peak",
-           "sm__inst_executed.avg.per_cycle_active": "instructions issued per SM cycle (max 4)",
-           "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "XU (MUFU) pipe % of peak",
-           "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe % of peak",
-           "smsp__inst_executed.sum": "instructions executed"}
-if shutil.which("ncu") is None:
-    print("ncu is not installed here: the stored output of this cell comes from the H100.")
-else:
-    for dtype in ("bf16", "fp32"):
-        out = subprocess.run(["ncu", "--clock-control", "none", "-k", "regex:row_cluster", "-c", "1",
-                              "--metrics", ",".join(METRICS), sys.executable, "-c", PROFILE, dtype],
-                             capture_output=True, text=True, cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": ROOT}).stdout
-        print(dtype)
-        values = {}
-        for metric, label in METRICS.items():
-            line = next((line.split() for line in out.splitlines() if metric in line), ["?", "?"])
-            values[metric] = line[-1]
-            unit = line[-2] if metric == "gpu__time_duration.sum" else ""
-            print(f"  {label:<42} {line[-1]} {unit}")
-        rows, classes = {"bf16": (8192, 128256), "fp32": (4096, 131072)}[dtype]
-        executed = float(values["smsp__inst_executed.sum"].replace(",", ""))
-        print(f"  {'lane instructions per logit':<42} {executed * 32 / (rows * classes):.1f}")
+counters = profile.ncu(PROFILE, "row_cluster", profile.ISSUE, launches=2)
+if counters:
+    print(counters.table(list(SAME_BYTES)))
+    for column, (dtype, (rows, classes)) in enumerate(SAME_BYTES.items()):
+        lanes = counters.value("warp instructions (M)", column) * 1e6 * 32
+        print(f"{dtype}: {lanes / (rows * classes):.1f} lane instructions per logit")
 
 # %% [markdown]
-# The prediction was half right. bf16 does execute about two and a half times the instructions
-# of fp32 for the same bytes (the lines above; the per-value count was low: the smem loads,
-# the loop and address arithmetic and the block reductions come on top, and bf16's conversions
-# are extra work fp32 does not have). But no pipe is full: MUFU runs at about a third of its
-# peak, the FMA pipes at a fifth, and the SM issues a little over half the instructions it
-# could. What the extra instructions do is lengthen each block's computing phase between its
-# copies and its stores, and with 6 blocks per SM the memory system sees the gaps: DRAM at 69%
-# against 80% for fp32. The remedy is fewer instructions per value rather than a faster pipe:
-# packed bf16x2 conversions and arithmetic (two values per instruction), or the exponentials of
-# the sum pass kept for the gradient pass (one MUFU.EX2 per value instead of two, at the price
-# of shared memory for 4 bytes per value).
+# The count holds: per value the two dtypes cost about the same (the last lines; the per-value
+# count above was low, as the shared-memory loads, the loop, the address arithmetic and the
+# block reductions come on top), so per byte bf16 executes about twice the instructions of
+# fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs at a third
+# of its peak or so, the FMA pipes lower, and the SM issues well under the four instructions
+# per cycle it could. The extra instructions lengthen each block's computing phase between its
+# copies and its stores; with 7 small blocks per SM (128 threads, 32 KB of shared memory each)
+# other blocks keep copying meanwhile, and DRAM stays about as busy for bf16 as for fp32. With
+# 256-thread blocks, the kernel's first form, the gaps showed: 1.8 ms for bf16 against 1.6
+# for fp32 (the kernel's header). Fewer instructions per value would still help the bf16 issue:
+# packed bf16x2 conversions, or the exponentials of the sum pass kept for the gradient pass.
 #
 # ```{solution-end}
 # ```

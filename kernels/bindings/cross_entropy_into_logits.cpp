@@ -1,5 +1,5 @@
 // Chapter 7's extra cross-entropy op, compiled after cross_entropy.cpp (whose checks it uses) for a
-// kernel file that defines cross_entropy_into_logits_launch (kernels/load.py, OP_VARIANTS):
+// kernel file that defines cross_entropy_into_logits_launch (kernels/codegen.py, OP_VARIANTS):
 //     cross_entropy_into_logits(logits, target, ignore_index, reduction, label_smoothing) -> loss
 // It writes the gradient for grad_output == 1 over the logits (mean or sum).
 

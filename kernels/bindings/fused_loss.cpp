@@ -1,6 +1,6 @@
 // Binding for the chapter 6 loss operators: checks the tensors, allocates the outputs and a
 // workspace, and calls a launcher of a kernel file built on kernels/common/fused_loss.cuh. The
-// loader (kernels/load.py) registers one op per launcher the file defines:
+// loader (kernels/loader.py) registers one op per launcher the file defines:
 //     <loss>(pred, target, reduction, param, want_grad) -> (loss, grad)
 //     <name>_scale_grad(grad, grad_output) -> ()          (grad *= grad_output, in place)
 // reduction: 0 none, 1 mean, 2 sum. param: the loss's parameter (Smooth L1's beta). want_grad:

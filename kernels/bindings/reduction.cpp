@@ -1,6 +1,6 @@
 // Binding for the element-wise losses (MSE, Smooth L1, Hinge): checks the tensors, allocates the
 // 0-d result and a scratch workspace, and calls a launcher from a kernel file (.cu). The loader
-// (kernels/load.py) appends one registration per launcher it finds in the .cu file, such as
+// (kernels/codegen.py) appends one registration per launcher it finds in the .cu file, such as
 //     TORCH_LIBRARY(lib, m) { m.def("mse(Tensor pred, Tensor target) -> Tensor"); }
 //     TORCH_LIBRARY_IMPL(lib, CUDA, m) { m.impl("mse", &reduction_op<mse_launch>); }
 // so the op is called from Python as torch.ops.<lib>.mse(pred, target).

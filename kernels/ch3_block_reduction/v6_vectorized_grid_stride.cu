@@ -1,8 +1,11 @@
 // Chapter 3, version 6: 16-byte loads, several in flight, a grid sized to the GPU; any loss.
 //
 // Fixes (vs version 5): the loads and the grid. Each thread reads float4 vectors (one 16-byte
-// instruction instead of four), kUnroll of them per input issued before any is used, so enough
-// bytes are in flight to cover the memory latency. The grid is exactly the blocks that fit on
+// instruction instead of four), several in flight before the first is used, so enough bytes are
+// in flight to cover the memory latency. The loop is unrolled kUnroll = 4 times, but the SASS
+// issues two float4 loads per input (64 bytes per thread) before the first use, and the same
+// for kUnroll = 2, 8 or 16: the compiler, not kUnroll, decides (chapter 3 shows the listing).
+// The grid is exactly the blocks that fit on
 // the GPU at once, and each thread walks the input with a grid-stride loop: one block-level
 // tree and one atomic per resident block (hundreds) instead of per 512 elements (millions).
 // The kernel is a template over the loss functor (kernels/common/losses.cuh): MSE, Smooth L1 and
@@ -23,7 +26,7 @@
 #include "losses.cuh"
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;  // float4 loads per input in flight per thread
+constexpr int kUnroll = 4;  // float4 loads per input per loop iteration (see the header)
 
 // The target index of a pred index that advances by a fixed stride, kept modulo target_len by
 // one compare and subtract: target_len may be any size up to n.

@@ -16,6 +16,7 @@
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
+#include "reduce.cuh"
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;           // float4 loads per input in flight per thread
@@ -31,17 +32,6 @@ struct WrappedIndex {  // target index of a pred index advancing by a fixed stri
         if (at >= len) at -= len;
     }
 };
-
-__device__ __forceinline__ float block_sum(float v) {
-    __shared__ float warp_sums[kThreads / 32];
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    if (threadIdx.x < 32)
-        for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;  // complete in thread 0
-}
 
 // As chapter 3 version 6, but the block's sum goes to partials[blockIdx.x].
 template <class Loss, bool kVector, bool kBroadcast>
@@ -93,25 +83,17 @@ __global__ void __launch_bounds__(kThreads) block_partials(ReductionArgs a, int6
         acc += loss(a.pred[i], a.target[s_at.at]);
         s_at.advance();
     }
-    const float sum = block_sum(acc);
+    const float sum = block_sum<kThreads>(acc);  // common/reduce.cuh
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
 // Pass 2: the partials in float64, in an order fixed by the thread index; then the mean.
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
-    __shared__ double warp_sums[kFinalThreads / 32];
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = warp_sums[threadIdx.x];
-        for (int offset = 16; offset > 0; offset >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
-    }
+    acc = block_sum<kFinalThreads>(acc);  // complete in thread 0 (common/reduce.cuh)
+    if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
 template <class Loss, bool kVector, bool kBroadcast>

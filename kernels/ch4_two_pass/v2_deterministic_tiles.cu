@@ -18,6 +18,7 @@
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
+#include "reduce.cuh"
 
 constexpr int kThreads = 256;              // threads per block in pass 1
 constexpr int kUnroll = 4;                 // 16-byte loads per input per step
@@ -43,11 +44,6 @@ static int64_t grid_cap() {
         return text ? atoll(text) : 0LL;
     }();
     return cap;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
 }
 
 // A full tile with 16-byte loads. Lane l reads float4 number (step * kUnroll + u) * 32 + l.
@@ -108,7 +104,6 @@ __global__ void __launch_bounds__(kThreads) tile_partials(ReductionArgs a, float
 // 16-byte loads, 4 in flight per thread: 8192 partials are two rounds of loads, not eight.
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
-    __shared__ double warp_sums[kFinalThreads / 32];
     const float4* vectors = reinterpret_cast<const float4*>(partials);  // workspace: 256-byte aligned
     const int64_t nvec = count / 4;
     double acc = 0.0;
@@ -118,15 +113,8 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
         acc += (static_cast<double>(p.x) + p.y) + (static_cast<double>(p.z) + p.w);
     }
     for (int64_t i = 4 * nvec + threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = warp_sums[threadIdx.x];
-        for (int offset = 16; offset > 0; offset >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
-    }
+    acc = block_sum<kFinalThreads>(acc);  // complete in thread 0 (common/reduce.cuh)
+    if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
 template <class Loss, bool kVector, bool kBroadcast>

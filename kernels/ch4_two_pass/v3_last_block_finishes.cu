@@ -26,6 +26,7 @@
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
+#include "reduce.cuh"
 
 constexpr int kThreads = 256;              // threads per block in pass 1
 constexpr int kUnroll = 4;                 // 16-byte loads per input per step
@@ -54,11 +55,6 @@ static int64_t grid_cap() {
         return text ? atoll(text) : 0LL;
     }();
     return cap;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
 }
 
 template <bool kStreaming>
@@ -109,7 +105,6 @@ __device__ unsigned int g_blocks_done = 0;
 // The last block: partials in float64, 16-byte loads through L2 (__ldcg: the partials were
 // written by other SMs, and L1 is not coherent), then a fixed tree. The mean goes to *out.
 __device__ void last_block_mean(const float* partials, int64_t count, int64_t n, float* out) {
-    __shared__ double warp_sums[kThreads / 32];
     const float4* vectors = reinterpret_cast<const float4*>(partials);  // 16-byte aligned
     const int64_t nvec = count / 4;
     double acc = 0.0;
@@ -119,15 +114,8 @@ __device__ void last_block_mean(const float* partials, int64_t count, int64_t n,
         acc += (static_cast<double>(p.x) + p.y) + (static_cast<double>(p.z) + p.w);
     }
     for (int64_t i = 4 * nvec + threadIdx.x; i < count; i += kThreads) acc += __ldcg(partials + i);
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = threadIdx.x < kThreads / 32 ? warp_sums[threadIdx.x] : 0.0;
-        for (int offset = 16; offset > 0; offset >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
-    }
+    acc = block_sum<kThreads>(acc);  // complete in thread 0 (common/reduce.cuh)
+    if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
 template <class Loss, bool kVector, bool kBroadcast, bool kStreaming, bool kWorkspaceCounter>

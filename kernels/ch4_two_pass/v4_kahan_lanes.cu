@@ -19,6 +19,7 @@
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
+#include "reduce.cuh"
 
 constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
@@ -41,7 +42,9 @@ struct PlainSum {
     __device__ __forceinline__ float value() const { return s; }
 };
 
-// nvcc does not reassociate float arithmetic (no fast-math), so the compensation survives.
+// nvcc never reassociates float additions, not even with --use_fast_math (it flushes denormals
+// and approximates division, sqrt and exp; chapter 4 compiles this file both ways and counts the
+// adds), so the compensation survives.
 struct KahanSum {
     float s = 0.0f, c = 0.0f;  // c: minus the low-order part lost by the last addition
     __device__ __forceinline__ void add(float x) {
@@ -55,11 +58,6 @@ struct KahanSum {
 
 template <int kMode> struct SumFor { using type = PlainSum; };
 template <> struct SumFor<KAHAN> { using type = KahanSum; };
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
 
 template <class Loss, bool kBroadcast, class Sum>
 __device__ void full_tile_sum(const ReductionArgs& a, int64_t start, int steps, int lane, Sum& acc) {
@@ -127,18 +125,10 @@ __global__ void __launch_bounds__(kThreads) tile_partials(ReductionArgs a, float
 template <class Acc>
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
-    __shared__ Acc warp_sums[kFinalThreads / 32];
     Acc acc = 0;
     for (int64_t i = threadIdx.x; i < count; i += kFinalThreads) acc += static_cast<Acc>(partials[i]);
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = warp_sums[threadIdx.x];
-        for (int offset = 16; offset > 0; offset >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (threadIdx.x == 0) *out = static_cast<float>(static_cast<double>(acc) / static_cast<double>(n));
-    }
+    acc = block_sum<kFinalThreads>(acc);  // complete in thread 0 (common/reduce.cuh)
+    if (threadIdx.x == 0) *out = static_cast<float>(static_cast<double>(acc) / static_cast<double>(n));
 }
 
 template <class Loss, bool kVector, bool kBroadcast, int kMode>

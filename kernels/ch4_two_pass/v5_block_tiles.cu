@@ -27,6 +27,7 @@
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
+#include "reduce.cuh"
 
 constexpr int kThreads = 512;              // threads per block of pass 1
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
@@ -60,11 +61,6 @@ static int64_t grid_cap() {
         return text ? atoll(text) : 0LL;
     }();
     return cap;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
 }
 
 // This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
@@ -110,18 +106,6 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
     return acc;
 }
 
-// The block's sum in a fixed order (each warp's tree, then warp 0 over the warps): in thread 0.
-template <int kBlock>
-__device__ float block_sum(float v) {
-    __shared__ float warp_sums[kBlock / 32];
-    v = warp_sum(v);
-    __syncthreads();  // a previous call's warp_sums may still be read
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) v = warp_sum(threadIdx.x < kBlock / 32 ? warp_sums[threadIdx.x] : 0.0f);
-    return v;
-}
-
 // Pass 1: one float partial per tile.
 template <class Loss, bool kBroadcast>
 __global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
@@ -139,7 +123,6 @@ tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elem
 static_assert(kFinalThreads == 1024, "the last step reads one sum per lane of warp 0");
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
-    __shared__ double warp_sums[kFinalThreads / 32];
     const float4* vectors = reinterpret_cast<const float4*>(partials);  // 16-byte aligned
     const int64_t nvec = count / 4;
     double acc = 0.0;
@@ -148,14 +131,8 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
         acc += (static_cast<double>(p.x) + p.y) + (static_cast<double>(p.z) + p.w);
     }
     for (int64_t i = 4 * nvec + threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        acc = warp_sums[threadIdx.x];
-        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
-    }
+    acc = block_sum<kFinalThreads>(acc);  // complete in thread 0 (common/reduce.cuh)
+    if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
 // Small inputs: one block reads everything and writes the mean.

@@ -4,7 +4,7 @@
 // holds, so version 3 streams it (online softmax) and reads it a second time for the gradient.
 // Here the row is split over a cluster of up to 16 blocks, on up to 16 SMs, and stays on chip:
 // - each block copies its slice of the row (about 32 KB) into its shared memory with cp.async:
-//   every copy in flight at once, and no registers held, so 6 blocks fit on an SM;
+//   every copy in flight at once, and no registers held, so 7 blocks fit on an SM;
 // - each block computes its slice's max and sum of exp(x - that max) (and the target's logit and
 //   the sum of the logits for label smoothing) and leaves them in its shared memory; after one
 //   cluster barrier every warp reads the n blocks' values through distributed shared memory
@@ -21,15 +21,17 @@
 // Everything else is version 3: shorter rows (one block's registers hold them), longer or oddly
 // sized rows (streaming), fp64, GPUs before Hopper (clusters are sm_90 hardware), the forward
 // alone when a row needs more than one block, and the count, final sum and backward kernels.
-// Still slow in bf16 (ncu, bench/PERFLOG.md): DRAM at about 70% of its peak at 8192 x 128256, where
-// fp32 rows of the same bytes (4096 x 131072) reach 2.68 TB/s. Tried and dropped: a persistent
-// cluster (as many as fit, each looping over rows, copying the next row's slice into a second
-// buffer while it computes this one; 3 blocks per SM): slower, 2.13 vs 1.81 ms in bf16 and 1.98
-// vs 1.63 ms in fp32. bf16 brings twice the elements per byte, and each element costs two
-// MUFU.EX2 here (the sum, then the gradient): chapter 7's exercise 7.3 measures where it goes.
+// Block size: 128 threads for every dtype, 32 KB slices (7 blocks per SM by shared memory):
+// 16 copies of 16 bytes in flight per thread. With 256 threads bf16 ran at 1.80 ms for
+// 8192 x 128256 (DRAM ~70% of peak, 6 blocks per SM) against 1.60 ms with 128: more, smaller
+// blocks keep more SMs copying while others compute between the cluster barriers. Tried and
+// dropped (bench/PERFLOG.md): a persistent cluster (as many as fit, each looping over rows,
+// copying the next row's slice into a second buffer while it computes this one; 3 blocks per
+// SM: 2.13 vs 1.81 ms in bf16), exp(x - max) kept in shared memory for the gradient, the exp's
+// scale folded into one FFMA (both within 2%), 64 threads per block (1.69 ms).
 //
 // How the file is built: it includes version 3's file, which the loader splices in as text
-// (kernels/load.py). Version 3's launch_rows is renamed launch_rows_v3 by the macro below, so
+// (kernels/codegen.py). Version 3's launch_rows is renamed launch_rows_v3 by the macro below, so
 // that version 3's forward() calls the launch_rows of this file, which falls back to it.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -43,9 +45,8 @@ template <class T> static void launch_rows(const CrossEntropyArgs* a, cudaStream
 #include "../ch5_cross_entropy/v3_fused_rows.cu"
 #undef launch_rows
 
-// Threads per block: 256 for bf16/fp16, 128 for fp32 (measured: 1.64 vs 1.92 ms at
-// 4096 x 131072 fp32 forward+backward; bf16 was best with 256: bench/PERFLOG.md).
-template <class T> __host__ __device__ constexpr int cluster_threads() { return sizeof(T) == 4 ? 128 : 256; }
+// Threads per block (see the header): 128 for every dtype.
+template <class T> __host__ __device__ constexpr int cluster_threads() { return 128; }
 constexpr int kMaxCluster = 16;
 constexpr int64_t kSliceBytes = 32 * 1024;      // a block's part of a row, when the row allows
 constexpr int64_t kMaxSliceBytes = 112 * 1024;  // the most (rows of 16 slices and more)

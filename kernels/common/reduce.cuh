@@ -1,12 +1,16 @@
-// Warp and block sums in a fixed order, for the kernels from chapter 6 on (chapters 2-5 write
-// their own: that is what they teach). The order of the additions depends only on the block
-// size, so the same inputs always give the same bits.
+// Warp and block reductions in a fixed order, for the kernels from chapter 4 on (chapters 2-3
+// write their own: that is what they teach). Chapter 5's version 3 still has its own
+// width-templated warp_sum and warp_max, to go when chapter 8, which builds it too, is next
+// re-executed. The order of the additions depends only on the width or the block size, so the
+// same inputs always give the same bits.
 #pragma once
 #include <cuda_runtime.h>
 
-template <class A>
+// Over kWidth consecutive lanes (a power of two up to 32), by butterfly shuffles: every lane of
+// the group ends with the result.
+template <int kWidth = 32, class A>
 __device__ __forceinline__ A warp_sum(A v) {
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    for (int offset = kWidth / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }
 
