@@ -490,8 +490,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
-# `torch.compile`, version 5 is ahead at $2^{26}$ and $2^{28}$ elements for all three losses, and
-# level with it at $2^{30}$ (the spread below). Below
+# `torch.compile`, version 5 is ahead by 4-6% at $2^{26}$ and $2^{28}$ elements for MSE and
+# Smooth L1 and at $2^{28}$ for Hinge; it is level with it (under 1%) for Hinge at $2^{26}$ and
+# for all three at $2^{30}$ (the spread below). Below
 # that, `torch.compile`'s generated kernels are ahead at most sizes, by a few percent to about
 # 20 percent: at $2^{12}$ elements its single program is cheaper than our single block, and from
 # $2^{16}$ to $2^{24}$ its first kernel is faster than our pass 1 (at $2^{20}$ and $2^{22}$ the
