@@ -41,7 +41,10 @@ from kernels.notebook import show_source
 # alone calls `atomicAdd`. The trap is the early `return`: with the full mask `0xffffffff`, every
 # lane of the warp must execute the shuffle, and in the last warp of the grid the lanes past the
 # end of the input had already left, so the result was undefined. Those threads now stay and
-# contribute 0. One element per thread remains, so this is still far from the bandwidth, but the
+# contribute 0. Undefined is not the same as wrong on every GPU: on the H100 the version with
+# the early `return` passed every case of `check` and compute-sanitizer's synccheck reported
+# no error (`bench/PERFLOG.md`, session 7). No test can catch it there; the rule is what keeps
+# the kernel correct on the next GPU or compiler. One element per thread remains, so this is still far from the bandwidth, but the
 # contended address sees 32 times fewer atomics than in version 1 (timed below).
 
 # %%
