@@ -39,6 +39,7 @@ import torch
 
 import kernels
 from kernels import Chapter, CheckFailed, bench, check, load, results
+from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles
 from kernels.notebook import show_source
 
 ch = Chapter("ch2")  # the chapter's id, GPU and read bandwidth, for its measurements
@@ -396,12 +397,18 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # lanes past the end of the input have left. Let them stay and contribute 0 instead.
 # ```
 # ````
+#
+# A kernel that breaks that rule is undefined, not necessarily wrong: on the GPU that made this
+# book's outputs, the early `return` left before the shuffles still gave the right sums, and
+# compute-sanitizer saw nothing. So after the values, the check reads your source for a `return`
+# before a full-mask shuffle (`kernels/exercises/ch2_checks.py`).
 
 # %%
 show_source("exercises/ch2_warp_atomics.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse, "mse")):
+if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse, "mse")
+               and every_lane_reaches_the_shuffles("exercises/ch2_warp_atomics.cu")):
     bench.speedup_target(load("exercises/ch2_warp_atomics.cu").mse, v1.mse, "mse", (1 << 24,), 20,
                          reference_label="version 1", reps=10)
 

@@ -141,8 +141,9 @@ except Exception as error:
 #
 # (The last row is the proof that adding a loss is cheap: binary cross-entropy with logits,
 # PyTorch's `F.binary_cross_entropy_with_logits` with a scalar `pos_weight` $w$, came in as one
-# functor, one entry of `kernels/losses.py` and one three-line launcher; `CONTRIBUTING.md` says
-# how.) Each loss is declared once, as a functor with its value and its derivative. Chapters 3
+# functor here and one entry of the registry `kernels/losses.py`, and nothing else: its launcher,
+# its op, its operator, its checks and its benchmark all come from that entry;
+# `CONTRIBUTING.md` says how.) Each loss is declared once, as a functor with its value and its derivative. Chapters 3
 # and 4 used only the value:
 
 # %%
@@ -170,13 +171,19 @@ show_source("common/fused_loss.cuh", "template <class Loss, class T, bool kGrad>
 show_source("common/fused_loss.cuh", "// The backward of \"mean\" and \"sum\"", "// Elements per tile")
 
 # %% [markdown]
-# The chapter's kernel file only picks the losses that become ops; everything else is in the
+# The chapter's kernel file only defines one launcher per loss; everything else is in the
 # header `kernels/common/fused_loss.cuh` (shown whole in the exercises below) and in the binding
 # `kernels/bindings/fused_loss.cpp`, which checks the tensors and allocates the loss and the
-# gradient:
+# gradient. It writes its launcher once, as a macro, and expands it for every element-wise loss
+# of the registry: the build defines `KERNELS_ELEMENT_WISE_LOSSES` from `kernels/losses.py`:
 
 # %%
 show_source("ch6_operators/fused_losses.cu")
+
+# %%
+from kernels.codegen import registration, with_loss_list
+
+print(with_loss_list("KERNELS_ELEMENT_WISE_LOSSES(FUSED_LOSS_LAUNCHER)").split("#line")[0])
 
 # %% tags=["gpu", "nbval-ignore-output"]
 fused = load("ch6_operators/fused_losses.cu")
@@ -187,8 +194,6 @@ fused
 # last argument, `want_grad`, asks for it. The schema `kernels.load` registered for them:
 
 # %%
-from kernels.codegen import registration
-
 print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "FusedLossArgs")]))
 
 # %% [markdown]
@@ -261,7 +266,7 @@ def gradient_check(ops, name, dtype, reduction, rtol):
 
 
 # %% tags=["gpu"]
-for name in ("mse", "smooth_l1", "hinge", "bce_with_logits"):
+for name in kernels.losses.ELEMENT_WISE:
     for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
         for reduction in ("mean", "sum", "none"):
             error = gradient_check(ops, name, dtype, reduction, rtol)
@@ -282,7 +287,7 @@ for name in ("mse", "smooth_l1", "hinge", "bce_with_logits"):
 # outputs and gradients as eager mode. For each loss op, with a gradient wanted:
 
 # %% tags=["gpu"]
-for name in ("mse", "smooth_l1", "hinge", "bce_with_logits"):
+for name in kernels.losses.ELEMENT_WISE:
     g = torch.Generator(device="cuda").manual_seed(0)
     pred, target = kernels.get_loss(name).make_inputs((257, 1031), g, "cuda")
     pred.requires_grad_()

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .codegen import BINDINGS, find_launchers, op_variant, splice_kernel_files
+from .codegen import BINDINGS, find_launchers, op_variant, splice_kernel_files, with_loss_list
 
 KERNELS_DIR = Path(__file__).resolve().parent
 COMMON_DIR = KERNELS_DIR / "common"
@@ -65,7 +65,7 @@ class Sources:
     def read(cls, path: Path) -> "Sources":
         spliced = {}
         file_text = path.read_text()
-        cuda_text = splice_kernel_files(path, file_text, spliced)
+        cuda_text = with_loss_list(splice_kernel_files(path, file_text, spliced))
         launchers = find_launchers(cuda_text)
         struct = launchers[0][1]
         binding = BINDINGS_DIR / BINDINGS[struct][0]

@@ -4,6 +4,11 @@ A launcher ``extern "C" cudaError_t mse_launch(const ReductionArgs*, cudaStream_
 op ``mse``; its argument struct names the binding (``kernels/bindings``) and the op's schema, or,
 by the end of the op's name, a variant of them (:data:`OP_VARIANTS`). A file that includes an
 earlier version's ``.cu`` gets that file spliced in, since ``load_inline`` compiles one text.
+
+A file that writes its launchers once for every loss of the registry (chapter 6's) expands
+``KERNELS_ELEMENT_WISE_LOSSES(LAUNCHER)``, with ``LAUNCHER(op, Functor)`` a macro that defines
+``op##_launch``: the build defines the list from ``kernels/losses.py`` (:func:`with_loss_list`),
+so a new loss needs no line in the kernel file.
 """
 
 from __future__ import annotations
@@ -33,13 +38,37 @@ OP_VARIANTS = {
     },
     "VocabShardArgs": {"_grad": ("shard_grad_op", "SHARD_GRAD_SCHEMA")},
 }
+LOSS_LIST = "KERNELS_ELEMENT_WISE_LOSSES"
+USES_LOSS_LIST = re.compile(rf"^[ \t]*{LOSS_LIST}\s*\(\s*\w+\s*\)", re.MULTILINE)
 INCLUDE_CU = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+\.cu)"[ \t]*$', re.MULTILINE)
 LAUNCHER = re.compile(r'extern\s+"C"\s+cudaError_t\s+(\w+)_launch\s*\(\s*const\s+(\w+)\s*\*')
+# The launcher of a macro that the loss list expands: extern "C" cudaError_t op##_launch(const S*
+LIST_LAUNCHER = re.compile(
+    r'extern\s+"C"\s+cudaError_t\s+\w+\s*##\s*_launch\s*\(\s*const\s+(\w+)\s*\*')
+
+
+def loss_list() -> list[tuple[str, str]]:
+    """(op, functor) of every element-wise loss of the registry, in its order."""
+    from .losses import ELEMENT_WISE, get_loss
+
+    return [(name, get_loss(name).functor) for name in ELEMENT_WISE]
+
+
+def with_loss_list(cuda_text: str) -> str:
+    """The text with ``KERNELS_ELEMENT_WISE_LOSSES`` defined first, if the text expands it."""
+    if not USES_LOSS_LIST.search(cuda_text):
+        return cuda_text
+    entries = "".join(f" \\\n    X({op}, {functor})" for op, functor in loss_list())
+    # "#line 1" keeps the compiler's line numbers those of the file.
+    return f"#define {LOSS_LIST}(X){entries}\n#line 1\n{cuda_text}"
 
 
 def find_launchers(cuda_text: str) -> list[tuple[str, str]]:
     """The (op name, argument struct) of every ``extern "C" cudaError_t <op>_launch`` defined."""
     found = LAUNCHER.findall(cuda_text)
+    if USES_LOSS_LIST.search(cuda_text):
+        found += [(op, struct) for struct in LIST_LAUNCHER.findall(cuda_text)
+                  for op, _ in loss_list()]
     if not found:
         raise ValueError('no launcher found: define extern "C" cudaError_t <op>_launch(const '
                          'ReductionArgs* args, cudaStream_t stream) (or CrossEntropyArgs)')

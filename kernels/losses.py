@@ -1,7 +1,12 @@
-"""The four losses as PyTorch defines them: references, inputs, and the bytes each must read.
+"""The registry of losses: each declared once, as PyTorch defines it.
 
-Everything else in the toolkit (check, bench, the notebooks) takes a loss by name from
-:data:`LOSSES`, so the reference and the byte count of a loss live in exactly one place.
+An entry of :data:`LOSSES` holds a loss's float64 reference, its inputs, the irregular shapes it
+is checked on, the bytes it must read and, for an element-wise loss, its per-element expression,
+its parameter, the gradient of its target and the CUDA functor of ``common/losses.cuh`` that
+computes it. Everything else takes a loss from here: the checks, the benchmarks, the tests, the
+final kernels' launchers (``kernels.codegen`` defines ``KERNELS_ELEMENT_WISE_LOSSES`` for
+chapter 6's kernel file) and their operators (``kernels.operators.LossOps``). A new element-wise
+loss is a functor in ``common/losses.cuh`` and an entry here (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
@@ -100,6 +105,23 @@ def _bce_target_grad(logits, target, grad_pred, upstream, pos_weight=1.0):
     return (-logits + (pos_weight - 1) * F.softplus(-logits)) * upstream
 
 
+def _non_negative_beta(beta):
+    if beta < 0:  # F.smooth_l1_loss refuses it too
+        raise ValueError(f"smooth_l1: beta must be >= 0, got {beta}")
+    return beta
+
+
+def _scalar_pos_weight(pos_weight):
+    """PyTorch's default None is a weight of 1; a tensor of one weight per class is not a kernel
+    parameter (a float), so it is refused rather than silently reduced."""
+    if pos_weight is None:
+        return 1.0
+    if isinstance(pos_weight, bool) or not isinstance(pos_weight, (int, float)):
+        raise TypeError("bce_with_logits: pos_weight must be a Python number here (a tensor of "
+                        "one weight per class is not supported by this kernel)")
+    return pos_weight
+
+
 def _bce_inputs(shape, generator, device="cuda", dtype=None):
     """Logits around 0 (a few units) and targets that are probabilities in [0, 1]."""
     import torch
@@ -148,7 +170,9 @@ class Loss:
     check_shapes: tuple  # the irregular shapes of the check suite, with a label each
     # For the operators of chapter 6 (element-wise losses only):
     each: Callable | None = None  # the loss of every element, PyTorch's expression
+    functor: str | None = None  # its functor in common/losses.cuh (value and derivative)
     param: tuple | None = None  # (name, default) of the loss's parameter, e.g. ("beta", 1.0)
+    check_param: Callable | None = None  # the given parameter -> the kernel's float, or raises
     broadcast_target: bool = False  # the target may be one row shared by every row of pred
     target_grad: Callable | None = None  # (pred, target, grad_pred, upstream) -> d loss / d target
 
@@ -185,9 +209,10 @@ _ELEMENT_WISE_SHAPES = (
 
 LOSSES = {
     "mse": Loss("mse", mse, _element_wise_inputs, _ELEMENT_WISE_SHAPES, each=mse_each,
-                target_grad=_minus_grad),
+                functor="MseLoss", target_grad=_minus_grad),
     "smooth_l1": Loss("smooth_l1", smooth_l1, _element_wise_inputs, _ELEMENT_WISE_SHAPES,
-                      each=smooth_l1_each, param=("beta", 1.0), target_grad=_minus_grad),
+                      each=smooth_l1_each, functor="SmoothL1Loss", param=("beta", 1.0),
+                      check_param=_non_negative_beta, target_grad=_minus_grad),
     "hinge": Loss("hinge", hinge, _hinge_inputs, (
         ("1 x 1", (1, 1)),
         ("rows below one block", (3, 100)),
@@ -195,9 +220,11 @@ LOSSES = {
         ("square, odd (KernelBench shape)", (1_031, 1_031)),
         ("rows not a multiple of 4", (700, 1_001)),
         ("large", (2_049, 2_048)),
-    ), each=hinge_each, broadcast_target=True, target_grad=_hinge_target_grad),
+    ), each=hinge_each, functor="HingeLoss", broadcast_target=True,
+       target_grad=_hinge_target_grad),
     "bce_with_logits": Loss("bce_with_logits", bce_with_logits, _bce_inputs, _ELEMENT_WISE_SHAPES,
-                            each=bce_with_logits_each, param=("pos_weight", 1.0),
+                            each=bce_with_logits_each, functor="BceWithLogitsLoss",
+                            param=("pos_weight", 1.0), check_param=_scalar_pos_weight,
                             target_grad=_bce_target_grad),
     "cross_entropy": Loss("cross_entropy", cross_entropy, _cross_entropy_inputs, (
         ("1 row, 1 class", (1, 1)),
@@ -209,7 +236,8 @@ LOSSES = {
 }
 
 
-# The losses that are one value per element (chapter 6's operators, tests and benchmarks).
+# The losses that are one value per element: chapter 6's launchers and operators, its tests and
+# benchmarks.
 ELEMENT_WISE = tuple(name for name, loss in LOSSES.items() if loss.each is not None)
 
 

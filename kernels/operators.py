@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .losses import get_loss
+from .losses import ELEMENT_WISE, get_loss
 
 # The chapter's final kernel files (kernels.losses.ELEMENT_WISE names the losses, not a file).
 FUSED_LOSSES_FILE = "ch6_operators/fused_losses.cu"
@@ -254,35 +254,14 @@ def _register_vocab_shard(kernel) -> None:
 class LossOps:
     """The operators of a fused-loss kernel file and a cross-entropy kernel file, called with
     PyTorch's arguments. Every function works in ``backward()``, under ``torch.compile``
-    (no graph break) and CUDA graphs, in float32, bfloat16 and float16."""
+    (no graph break) and CUDA graphs, in float32, bfloat16 and float16.
+
+    One method per element-wise loss of the registry (``ops.mse``, ``ops.smooth_l1(p, t,
+    beta=0.5)``, ...: :func:`_loss_method`), and ``ops.cross_entropy``."""
 
     def __init__(self, element_wise, cross_entropy=None):
         self.element_wise = element_wise
         self.cross_entropy_kernel = cross_entropy
-
-    def mse(self, pred, target, reduction: str = "mean"):
-        """``F.mse_loss(pred, target, reduction=reduction)``."""
-        return self.loss("mse", pred, target, reduction)
-
-    def smooth_l1(self, pred, target, reduction: str = "mean", beta: float = 1.0):
-        """``F.smooth_l1_loss(pred, target, reduction=reduction, beta=beta)``."""
-        if beta < 0:
-            raise ValueError(f"smooth_l1: beta must be >= 0, got {beta}")
-        return self.loss("smooth_l1", pred, target, reduction, beta)
-
-    def hinge(self, pred, target, reduction: str = "mean"):
-        """``torch.clamp(1 - pred * target, min=0)``, reduced; target: pred's shape or its last
-        dimension (KernelBench's (N, D) predictions with (D,) labels)."""
-        return self.loss("hinge", pred, target, reduction)
-
-    def bce_with_logits(self, input, target, reduction: str = "mean", pos_weight=None):
-        """``F.binary_cross_entropy_with_logits(input, target, reduction=reduction,
-        pos_weight=pos_weight)`` for a scalar ``pos_weight`` (a number, or None for 1)."""
-        if pos_weight is not None and not isinstance(pos_weight, (int, float)):
-            raise TypeError("bce_with_logits: pos_weight must be a Python number here (a tensor "
-                            "of one weight per class is not supported by this kernel)")
-        return self.loss("bce_with_logits", input, target, reduction,
-                         1.0 if pos_weight is None else pos_weight)
 
     def loss(self, name: str, pred, target, reduction: str = "mean", param: float = 0.0):
         """The element-wise loss ``name`` (an op of the kernel file) with PyTorch's arguments."""
@@ -326,6 +305,30 @@ class LossOps:
 
         return cross_entropy(logits, target, ignore_index, reduction, label_smoothing,
                              kernel=self.cross_entropy_kernel, check_targets=check_targets)
+
+
+def _loss_method(name: str):
+    """``LossOps.<name>(pred, target, reduction="mean", <param>=<default>)``: the registry's
+    element-wise loss with PyTorch's arguments (its parameter by keyword, checked by its entry)."""
+    loss = get_loss(name)
+    keyword, default = loss.param or (None, 0.0)
+
+    def method(self, pred, target, reduction: str = "mean", **param):
+        if param.keys() - {keyword}:
+            raise TypeError(f"{name}() got an unexpected keyword argument "
+                            f"{sorted(param.keys() - {keyword})[0]!r}")
+        value = param.get(keyword, default)
+        return self.loss(name, pred, target, reduction,
+                         loss.check_param(value) if loss.check_param else value)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"``{loss.each.__module__}.{loss.each.__name__}`` reduced with "
+                      f"``reduction``" + (f"; ``{keyword}={default}``" if keyword else "") + ".")
+    return method
+
+
+for _name in ELEMENT_WISE:
+    setattr(LossOps, _name, _loss_method(_name))
 
 
 def build(element_wise: str = FUSED_LOSSES_FILE,

@@ -30,6 +30,7 @@ import torch
 
 import kernels
 from kernels import bench, check, load
+from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles, lanes_leaving_before_a_shuffle
 from kernels.notebook import show_source
 
 # %% [markdown]
@@ -43,9 +44,10 @@ from kernels.notebook import show_source
 # end of the input had already left, so the result was undefined. Those threads now stay and
 # contribute 0. Undefined is not the same as wrong on every GPU: on the H100 the version with
 # the early `return` passed every case of `check` and compute-sanitizer's synccheck reported
-# no error (`bench/PERFLOG.md`, session 7). No test can catch it there; the rule is what keeps
-# the kernel correct on the next GPU or compiler. One element per thread remains, so this is still far from the bandwidth, but the
-# contended address sees 32 times fewer atomics than in version 1 (timed below).
+# no error (`bench/PERFLOG.md`, session 7). No run can catch it there, so the exercise's check
+# reads the source; the rule is what keeps the kernel correct on the next GPU or compiler. One
+# element per thread remains, so this is still far from the bandwidth, but the contended address
+# sees 32 times fewer atomics than in version 1 (timed below).
 
 # %%
 show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu", fold=False)
@@ -53,6 +55,19 @@ show_source(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu", fold=False)
 # %% tags=["gpu"]
 solution = load(f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu")
 check(solution.mse, "mse")
+
+# %% [markdown]
+# The source check passes this kernel, and fails the same kernel with the skeleton's early
+# `return` kept (no GPU needed):
+
+# %%
+SOLUTION = f"{ROOT}/solutions/kernels/ch2_warp_atomics.cu"
+every_lane_reaches_the_shuffles(SOLUTION)
+text = open(SOLUTION).read()
+guard = "float v = i < a.n ? loss(a.pred[i], a.target[i % a.target_len]) : 0.0f;"
+assert guard in text  # the solution guards its load instead of returning
+trap = text.replace(guard, "if (i >= a.n) return;\n    float v = loss(a.pred[i], a.target[i % a.target_len]);")
+print("early-return version, kernels flagged:", lanes_leaving_before_a_shuffle(trap))
 
 # %% [markdown]
 # Timed against version 1 of the chapter at $2^{24}$ elements:

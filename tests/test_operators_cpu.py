@@ -104,7 +104,57 @@ class _NoKernel:
     (lambda ops: ops.smooth_l1(torch.ones(3), torch.ones(3), beta=-0.5), ValueError,
      "beta must be >= 0"),
     (lambda ops: ops.mse([1.0], torch.ones(1)), TypeError, "must be tensors"),
+    (lambda ops: ops.bce_with_logits(torch.ones(3), torch.ones(3), pos_weight=torch.ones(3)),
+     TypeError, "pos_weight must be a Python number"),
+    (lambda ops: ops.mse(torch.ones(3), torch.ones(3), beta=0.5), TypeError,
+     "unexpected keyword argument 'beta'"),
 ])
 def test_loss_ops_check_arguments_before_any_kernel(call, error, match):
     with pytest.raises(error, match=match):
         call(operators.LossOps(_NoKernel()))
+
+
+# --- a loss is declared once: its functor and its entry make its launcher and its operator ----
+
+FUSED = source_path("ch6_operators/fused_losses.cu")
+
+
+def test_every_element_wise_loss_names_a_functor_of_losses_cuh():
+    header = (source_path("common/losses.cuh")).read_text()
+    for name in ELEMENT_WISE:
+        assert f"struct {losses.get_loss(name).functor} {{" in header, name
+
+
+def test_the_fused_kernel_file_has_a_launcher_per_registry_loss():
+    ops = [op for op, struct in Sources.read(FUSED).launchers]
+    assert sorted(ops) == sorted([*ELEMENT_WISE, "loss_scale_grad"])
+    assert "bce" not in FUSED.read_text()  # no loss is named in the kernel file
+
+
+def test_a_new_registry_entry_gets_a_launcher_with_no_line_in_the_kernel_file(monkeypatch):
+    new = losses.Loss("log_cosh", None, None, (), each=lambda p, t: p, functor="LogCoshLoss")
+    monkeypatch.setitem(losses.LOSSES, "log_cosh", new)
+    monkeypatch.setattr(losses, "ELEMENT_WISE", (*ELEMENT_WISE, "log_cosh"))
+    sources = Sources.read(FUSED)
+    assert ("log_cosh", "FusedLossArgs") in sources.launchers
+    assert "X(log_cosh, LogCoshLoss)" in sources.cuda_text
+
+
+def test_the_loss_list_keeps_the_file_s_line_numbers():
+    text = Sources.read(FUSED).cuda_text
+    define, rest = text.split("\n#line 1\n", 1)
+    assert define.startswith("#define KERNELS_ELEMENT_WISE_LOSSES(X)")
+    assert rest == FUSED.read_text()
+
+
+def test_a_file_without_the_loss_list_is_left_as_it_is():
+    from kernels.codegen import with_loss_list
+
+    text = 'extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s);'
+    assert with_loss_list(text) == text
+
+
+@pytest.mark.parametrize("name", ELEMENT_WISE)
+def test_loss_ops_has_an_operator_per_registry_loss(name):
+    method = getattr(operators.LossOps, name)
+    assert method.__name__ == name and name in method.__doc__
