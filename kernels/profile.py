@@ -37,6 +37,7 @@ METRICS = {
     "time (us)": ("gpu__time_duration.sum", 1e-3),  # ns
     "DRAM throughput (% of peak)": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", 1),
     "DRAM bytes read (MB)": ("dram__bytes_read.sum", 1e-6),
+    "DRAM bytes written (MB)": ("dram__bytes_write.sum", 1e-6),
     "achieved occupancy (%)": ("sm__warps_active.avg.pct_of_peak_sustained_active", 1),
     "theoretical occupancy (%)": ("sm__maximum_warps_per_active_cycle_pct", 1),
     "registers per thread": ("launch__registers_per_thread", 1),
@@ -151,12 +152,15 @@ def parse_raw_csv(text: str, labels) -> list:
 
 
 def ncu(code: str, kernel: str, labels=MEMORY, launches: int = 1, skip: int = 0,
-        timeout: int = 600) -> Profile | None:
+        timeout: int = 600, marked: bool = False) -> Profile | None:
     """Run ``code`` (Python, in a fresh process at the repository root) under Nsight Compute.
 
     ``kernel`` is a regular expression on the kernel's name; the first ``skip`` launches that
     match are let through (warm-up: the build, the first call), the next ``launches`` are
-    profiled. Returns None, with a message, where ``ncu`` is not installed.
+    profiled. With ``marked``, only launches between the code's ``torch.cuda.profiler.start()``
+    and ``stop()`` count, from any thread (autograd launches the backward from its own): every
+    kernel of one training step, whatever their number and names. Returns None, with a message,
+    where ``ncu`` is not installed.
     """
     executable = ncu_path()
     if executable is None:
@@ -167,6 +171,7 @@ def ncu(code: str, kernel: str, labels=MEMORY, launches: int = 1, skip: int = 0,
         log = Path(scratch) / "ncu.csv"
         command = [executable, *NCU_FLAGS, "--metrics", metrics, "-k", f"regex:{kernel}",
                    "--launch-skip", str(skip), "--launch-count", str(launches),
+                   *(("--profile-from-start", "off") if marked else ()),
                    "--log-file", str(log), sys.executable, "-c", code]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}

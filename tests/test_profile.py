@@ -88,3 +88,26 @@ def test_fast_math_keeps_every_kahan_addition():
     assert plain and ".entry" in plain
     assert len(adds.findall(plain)) == len(adds.findall(fast)) > 0
     assert ".ftz" not in plain and ".ftz" in fast
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_ncu_profiles_only_the_marked_region_when_asked(monkeypatch, marked):
+    """marked=True: ncu starts with profiling off; the code's torch.cuda.profiler.start() turns
+    it on for every thread (autograd launches the backward from its own)."""
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen["command"] = command
+        log = command[command.index("--log-file") + 1]
+        with open(log, "w") as handle:
+            handle.write(NCU_CSV)
+        return type("Done", (), {"returncode": 0, "stderr": ""})()
+
+    monkeypatch.setattr(profile, "ncu_path", lambda: "/usr/bin/ncu")
+    monkeypatch.setattr(profile.subprocess, "run", fake_run)
+    counters = profile.ncu("pass", ".", ("time (us)",), launches=50, marked=marked)
+    assert len(counters.rows) == 2
+    command = seen["command"]
+    assert ("--profile-from-start" in command) == marked
+    if marked:
+        assert command[command.index("--profile-from-start") + 1] == "off"
