@@ -490,6 +490,11 @@ for name in ("mse", "smooth_l1", "hinge"):
 # At $2^{28}$ elements our step moves its bytes (12 per element for MSE and Smooth L1, 8 for
 # Hinge) at over 90% of the read bandwidth, and `torch.compile`'s step takes 1.7 times as long
 # or more: its backward is a second pass over memory, after the forward's.
+# Multiplying the loss by 1024 adds the in-place scaling pass: for MSE and Smooth L1 the step
+# then moves 20 bytes instead of 12 (the measured ratio is close to 20/12 = 1.67); for Hinge
+# it moves 16 instead of 8, twice as many, because Hinge's forward reads only 4 bytes per
+# element and the scaling pass costs as much as the whole forward. At small sizes every
+# provider is a few launches long and the host's autograd work decides.
 #
 # Nsight Compute counts those bytes. One MSE training step at $2^{26}$ float32 elements, every
 # kernel launched between `torch.cuda.profiler.start()` and `stop()` (the backward's too, which
@@ -507,7 +512,7 @@ loss_fn = LOSS
 for _ in range(3):  # build, compile, warm up
     pred.grad = None
     loss_fn(pred, target).backward()
-pred.grad = None  # the step writes a new gradient instead of adding to the last one
+pred.grad = None  # a new gradient, not added to the last one
 torch.cuda.synchronize()
 torch.cuda.profiler.start()
 loss_fn(pred, target).backward()
@@ -516,12 +521,15 @@ torch.cuda.profiler.stop()
 """
 BYTES = ("time (us)", "DRAM bytes read (MB)", "DRAM bytes written (MB)")
 for name, loss in (("ours", "ops.mse"), ("torch.compile", "torch.compile(F.mse_loss)")):
-    counters = profile.ncu(ONE_STEP.replace("LOSS", loss), ".", BYTES, launches=50, marked=True)
+    step = ONE_STEP.replace("LOSS", loss)
+    counters = profile.ncu(step, ".", BYTES, launches=50, marked=True)  # every kernel
     if counters:
-        total = {label: sum(values[label] for _, values in counters.rows) for label in BYTES}
+        total = {label: sum(values[label] for _, values in counters.rows)
+                 for label in BYTES}
         read, written = (total[label] * 1e6 / (1 << 26) for label in BYTES[1:])
         print(f"{name:<14} {len(counters.rows)} kernels, {total['time (us)']:4.0f} us: "
-              f"{read:4.1f} bytes read + {written:4.1f} written per element = {read + written:4.1f}")
+              f"{read:4.1f} bytes read + {written:4.1f} written per element "
+              f"= {read + written:4.1f}")
 
 # %% [markdown]
 # The counters agree with the model, 12 bytes against 20. Our step reads $p$ and $t$ once
@@ -530,11 +538,6 @@ for name, loss in (("ours", "ops.mse"), ("torch.compile", "torch.compile(F.mse_l
 # (4): 12 read and 8 written. The writes come out a little under 4 and 8 because ncu counts
 # DRAM traffic while a kernel runs, and part of a kernel's last writes is still in L2 when it
 # ends.
-# Multiplying the loss by 1024 adds the in-place scaling pass: for MSE and Smooth L1 the step
-# then moves 20 bytes instead of 12 (the measured ratio is close to 20/12 = 1.67); for Hinge
-# it moves 16 instead of 8, twice as many, because Hinge's forward reads only 4 bytes per
-# element and the scaling pass costs as much as the whole forward. At small sizes every
-# provider is a few launches long and the host's autograd work decides.
 #
 # ## bfloat16: half the bytes
 #

@@ -118,7 +118,7 @@ print(f"{ch.gpu} (compute capability {CAPABILITY[0]}.{CAPABILITY[1]}): read "
 # whole kernel:
 
 # %%
-show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "__global__ void __launch_bounds__(cluster_threads<T>())",
+show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "__global__ void __launch_bounds__(kClusterThreads)",
             "    if (n > 1) cluster.barrier_wait();", fold=True)
 
 # %% [markdown]

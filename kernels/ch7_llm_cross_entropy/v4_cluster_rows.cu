@@ -45,8 +45,7 @@ template <class T> static void launch_rows(const CrossEntropyArgs* a, cudaStream
 #include "../ch5_cross_entropy/v3_fused_rows.cu"
 #undef launch_rows
 
-// Threads per block (see the header): 128 for every dtype.
-template <class T> __host__ __device__ constexpr int cluster_threads() { return 128; }
+constexpr int kClusterThreads = 128;  // threads per block, for every dtype (see the header)
 constexpr int kMaxCluster = 16;
 constexpr int64_t kSliceBytes = 32 * 1024;      // a block's part of a row, when the row allows
 constexpr int64_t kMaxSliceBytes = 112 * 1024;  // the most (rows of 16 slices and more)
@@ -62,13 +61,12 @@ __device__ __forceinline__ void copies_done() { asm volatile("cp.async.wait_all;
 #endif
 
 template <class T>
-__global__ void __launch_bounds__(cluster_threads<T>()) row_cluster(CrossEntropyArgs a,
-                                                                      int64_t vecs_per_block) {
+__global__ void __launch_bounds__(kClusterThreads) row_cluster(CrossEntropyArgs a,
+                                                               int64_t vecs_per_block) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using A = float;
     constexpr int kVec = 16 / sizeof(T);
     using V = Vec<T, kVec>;
-    constexpr int kClusterThreads = cluster_threads<T>();
     extern __shared__ uint4 slice_bytes[];  // this block's part of the row (one extern array
     V* slice = reinterpret_cast<V*>(slice_bytes);  // for every T: its type cannot vary)
     __shared__ A smem[3 * kClusterThreads / 32];  // the block's reductions (version 3's)
@@ -212,7 +210,7 @@ static bool launch_cluster(const CrossEntropyArgs* a, cudaStream_t stream) {
         cluster_dim.val.clusterDim.z = 1;
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(static_cast<unsigned>(a->rows * n));
-        config.blockDim = dim3(cluster_threads<T>());
+        config.blockDim = dim3(kClusterThreads);
         config.dynamicSmemBytes = static_cast<size_t>(slice_bytes);
         config.stream = stream;
         config.attrs = &cluster_dim;
