@@ -1,8 +1,9 @@
 """Which kernel sources a notebook built, for its metadata: one SHA-256 per file, per build.
 
 tools/execute.py sets $KERNELS_SOURCES_LOG while it runs a notebook, and stores what ``load``
-logged there as the notebook's ``metadata.course.sources``; tests/test_notebooks.py compares them
-with the files to find notebooks whose outputs are older than their kernels.
+logged there as the notebook's ``metadata.course.sources``. :func:`changed_sources` compares them
+with the files: tests/test_notebooks.py fails on a notebook whose outputs are older than its
+kernels, and tools/stale.py lists those notebooks for the next GPU run.
 """
 
 from __future__ import annotations
@@ -25,3 +26,17 @@ def record(sources: Sources) -> None:
         for file, text in texts.items():
             rel = file.relative_to(KERNELS_DIR.parent).as_posix()
             handle.write(json.dumps({rel: hashlib.sha256(text.encode()).hexdigest()}) + "\n")
+
+
+def changed_sources(course: dict) -> list[str]:
+    """What changed since a notebook was executed, from its ``metadata.course``: one line per
+    kernel source that no longer exists or no longer has the hash it had then."""
+    root = KERNELS_DIR.parent
+    changed = []
+    for file, digest in sorted(course.get("sources", {}).items()):
+        source = root / file
+        if not source.is_file():
+            changed.append(f"{file} no longer exists")
+        elif hashlib.sha256(source.read_bytes()).hexdigest() != digest:
+            changed.append(f"{file} changed since the notebook was executed")
+    return changed

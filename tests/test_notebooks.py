@@ -14,7 +14,6 @@ For every notebook in chapters/ and solutions/ that has code cells:
 and (f) book/status.md is up to date with the notebooks' metadata.
 """
 
-import hashlib
 import importlib.util
 import io
 import re
@@ -30,6 +29,7 @@ import yaml
 from kernels.book import notebooks as all_notebooks
 from kernels.book import toc_files
 from kernels.notebook import SETUP_CELL
+from kernels.provenance import changed_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
@@ -200,13 +200,7 @@ def test_stored_outputs_match_the_kernel_sources(path):
             f"{rel(path)} has stored outputs of gpu cells {gpu_outputs} but no course metadata "
             f"(which GPU and which kernel sources produced them): {RERUN}")
         return
-    problems = []
-    for file, digest in sorted(course.get("sources", {}).items()):
-        source = ROOT / file
-        if not source.is_file():
-            problems.append(f"{file} no longer exists")
-        elif hashlib.sha256(source.read_bytes()).hexdigest() != digest:
-            problems.append(f"{file} changed since the notebook was executed")
+    problems = changed_sources(course)
     assert not problems, f"{rel(path)}: " + "; ".join(problems) + f": {RERUN}"
 
 

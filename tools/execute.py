@@ -3,9 +3,10 @@
     python tools/execute.py chapters/02_atomics.ipynb [more.ipynb ...]
 
 Each notebook runs top to bottom in its own folder (as Jupyter and nbval run it). Its metadata
-then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date) and ``course.sources``
+then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date), ``course.sources``
 (the SHA-256 of every kernel source the notebook built, logged by ``kernels.load``: see
-kernels/provenance.py).
+kernels/provenance.py) and ``course.seconds`` (how long it ran: tools/stale.py plans the next
+GPU run with it).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.
 """
@@ -49,10 +50,12 @@ def execute(path: Path, timeout: int) -> float:
             client.execute()
         finally:
             os.environ.pop("KERNELS_SOURCES_LOG", None)
+        seconds = time.perf_counter() - started
         notebook.metadata["course"] = {"environment": environment(),
-                                       "sources": logged_sources(log)}
+                                       "sources": logged_sources(log),
+                                       "seconds": round(seconds)}
     nbformat.write(notebook, path)
-    return time.perf_counter() - started
+    return seconds
 
 
 def main() -> int:

@@ -1,0 +1,29 @@
+"""tools/stale.py: which notebooks a GPU run must redo, packed into calls under the device limit."""
+
+import hashlib
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("stale", ROOT / "tools" / "stale.py")
+stale = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(stale)
+
+from kernels.provenance import changed_sources  # noqa: E402
+
+
+def test_calls_stay_under_the_limit_longest_first():
+    calls = stale.pack({"ch9": 420, "ch6": 190, "ch7": 100, "sol7": 53, "sol6": 32}, 540)
+    assert calls == [["ch9", "ch7"], ["ch6", "sol7", "sol6"]]
+
+
+def test_a_notebook_longer_than_the_limit_gets_its_own_call():
+    assert stale.pack({"long": 900, "short": 10}, 540) == [["long"], ["short"]]
+
+
+def test_changed_sources_names_each_changed_or_missing_file():
+    file = "kernels/common/reduce.cuh"
+    digest = hashlib.sha256((ROOT / file).read_bytes()).hexdigest()
+    assert changed_sources({"sources": {file: digest}}) == []
+    assert changed_sources({"sources": {file: "0" * 64, "kernels/gone.cu": digest}}) == [
+        f"{file} changed since the notebook was executed", "kernels/gone.cu no longer exists"]

@@ -1,0 +1,80 @@
+"""The notebooks whose stored outputs are older than their kernels, and GPU calls to redo them.
+
+    python tools/stale.py                 # the stale notebooks, why, and their last run time
+    python tools/stale.py --limit 540     # also: NOTEBOOKS=... lines, each call under 540 s
+
+A notebook is stale when a kernel source it built has changed since it was executed (the rule
+of tests/test_notebooks.py, kernels.provenance.changed_sources). Its last run time is
+``metadata.course.seconds``, written by tools/execute.py; a notebook executed before that field
+existed counts as ``--unknown`` seconds. The device runs at most 600 s per call, so the stale
+notebooks are packed, longest first, into calls of ``tools/gpu_run.sh execute``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def stale_notebooks() -> list[tuple[Path, list[str], dict]]:
+    """(notebook, what changed, its ``metadata.course``) of every stale notebook."""
+    import nbformat
+
+    from kernels.book import notebooks
+    from kernels.provenance import changed_sources
+
+    found = []
+    for path in notebooks():
+        course = nbformat.read(path, as_version=4).metadata.get("course")
+        if course and (changed := changed_sources(course)):
+            found.append((path, changed, course))
+    return found
+
+
+def pack(durations: dict, limit: float) -> list[list]:
+    """Notebooks packed into calls of at most ``limit`` seconds, longest first (first fit).
+    A notebook longer than the limit gets a call of its own."""
+    calls = []
+    for name, seconds in sorted(durations.items(), key=lambda item: -item[1]):
+        for call in calls:
+            if call[0] + seconds <= limit:
+                call[0] += seconds
+                call[1].append(name)
+                break
+        else:
+            calls.append([seconds, [name]])
+    return [names for _, names in calls]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=float, help="seconds per GPU call (print NOTEBOOKS lines)")
+    parser.add_argument("--unknown", type=float, default=300,
+                        help="seconds assumed for a notebook with no recorded run time")
+    args = parser.parse_args()
+    stale = stale_notebooks()
+    if not stale:
+        print("no stale notebook")
+        return 0
+    for path, changed, course in stale:
+        seconds = course.get("seconds")
+        took = f"{seconds} s" if seconds is not None else "time unknown"
+        gpu = course.get("environment", {}).get("gpu", "an unknown GPU")
+        print(f"{path.relative_to(ROOT)} (last run {took} on {gpu}):")
+        for line in changed:
+            print(f"    {line}")
+    if args.limit:
+        durations = {path.relative_to(ROOT).as_posix(): course.get("seconds") or args.unknown
+                     for path, _, course in stale}
+        print()
+        for names in pack(durations, args.limit):
+            print(f'NOTEBOOKS="{" ".join(names)}" tools/gpu_run.sh execute')
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
