@@ -43,16 +43,20 @@ def cross_entropy(logits, target, **kwargs):
 # The per-element losses (no reduction), for the operators of chapter 6: their reductions
 # ("mean", "sum", "none") and, through autograd in float64, their reference gradients.
 def mse_each(pred, target):
+    """``(pred - target) ** 2``, as ``F.mse_loss(..., reduction="none")``."""
     return (pred - target) ** 2
 
 
 def smooth_l1_each(pred, target, beta=1.0):
+    """``F.smooth_l1_loss(pred, target, reduction="none", beta=beta)``."""
     import torch.nn.functional as F
 
     return F.smooth_l1_loss(pred, target, reduction="none", beta=beta)
 
 
 def hinge_each(pred, target):
+    """``torch.clamp(1 - pred * target, min=0)``; target: pred's shape or one row of its last
+    dimension (KernelBench's (N, D) predictions with (D,) labels)."""
     import torch
 
     return torch.clamp(1 - pred * target, min=0)
@@ -65,6 +69,8 @@ def bce_with_logits(logits, target):
 
 
 def bce_with_logits_each(logits, target, pos_weight=1.0):
+    """``F.binary_cross_entropy_with_logits(logits, target, reduction="none",
+    pos_weight=pos_weight)`` for a scalar ``pos_weight``."""
     import torch
     import torch.nn.functional as F
 

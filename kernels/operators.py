@@ -322,8 +322,9 @@ def _loss_method(name: str):
                          loss.check_param(value) if loss.check_param else value)
 
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = (f"``{loss.each.__module__}.{loss.each.__name__}`` reduced with "
-                      f"``reduction``" + (f"; ``{keyword}={default}``" if keyword else "") + ".")
+    method.__doc__ = (f"{name}: per element, {loss.each.__doc__.strip()} Reduced by ``reduction`` "
+                      f"(\"mean\", \"sum\" or \"none\")"
+                      + (f"; ``{keyword}`` defaults to {default}." if keyword else "."))
     return method
 
 
