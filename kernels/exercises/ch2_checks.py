@@ -10,7 +10,6 @@ synccheck reports nothing (bench/PERFLOG.md, session 7). So the rule is checked 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 FULL_MASK_SHUFFLE = re.compile(r"__shfl\w*_sync\s*\(\s*0xffffffff", re.IGNORECASE)
 RETURN = re.compile(r"\breturn\b")
@@ -47,7 +46,7 @@ def every_lane_reaches_the_shuffles(source) -> bool:
     from kernels.build_cache import source_path
 
     path = source_path(source)
-    kernels = lanes_leaving_before_a_shuffle(Path(path).read_text())
+    kernels = lanes_leaving_before_a_shuffle(path.read_text())
     if not kernels:
         print(f"PASS  every lane reaches the full-mask shuffles ({path.name})")
         return True
