@@ -66,7 +66,8 @@ every_lane_reaches_the_shuffles(SOLUTION)
 text = open(SOLUTION).read()
 guard = "float v = i < a.n ? loss(a.pred[i], a.target[i % a.target_len]) : 0.0f;"
 assert guard in text  # the solution guards its load instead of returning
-trap = text.replace(guard, "if (i >= a.n) return;\n    float v = loss(a.pred[i], a.target[i % a.target_len]);")
+trap = text.replace(guard, "if (i >= a.n) return;\n    "
+                           "float v = loss(a.pred[i], a.target[i % a.target_len]);")
 print("early-return version, kernels flagged:", lanes_leaving_before_a_shuffle(trap))
 
 # %% [markdown]
