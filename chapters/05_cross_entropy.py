@@ -180,6 +180,15 @@ print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
 # %%
 show_source("ch5_cross_entropy/v1_two_pass_row.cu")
 
+# %% [markdown]
+# The block-wide max and sum are chapter 3's tree and chapter 4's shared header,
+# `kernels/common/reduce.cuh`, in the form that leaves the result in every thread (each
+# thread needs the row's max before it sums):
+
+# %%
+show_source("common/reduce.cuh", "// The sum or the max over a block of kBlock threads, in every",
+            "A block_max_all(A v)")
+
 # %% tags=["gpu"]
 v1 = load("ch5_cross_entropy/v1_two_pass_row.cu")
 

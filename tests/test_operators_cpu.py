@@ -81,7 +81,7 @@ def test_a_build_hashes_exactly_the_headers_it_includes():
     sources = Sources.read(source_path("ch6_operators/fused_losses.cu"))
     assert sorted(h.name for h in sources.headers) == [
         "binding_utils.h", "cuda_utils.cuh", "fused_loss.cuh", "fused_loss_args.h",
-        "loss_args.h", "losses.cuh", "reduce.cuh"]
+        "loss_args.h", "losses.cuh", "numerics.cuh", "reduce.cuh"]
     chapter4 = Sources.read(source_path("ch4_two_pass/v5_block_tiles.cu"))
     assert "fused_loss.cuh" not in {h.name for h in chapter4.headers}
 

@@ -16,32 +16,12 @@
 
 #include "cuda_utils.cuh"
 #include "loss_args.h"
+#include "reduce.cuh"  // block_max_all, block_sum_all: the result in every thread
 
 constexpr int kThreads = 256;
 constexpr int kFinishThreads = 1024;
 
-__device__ __forceinline__ float block_max(float v, float* smem) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();  // smem may still be read by the previous reduction
-    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = smem[0];
-    for (int w = 1; w < kThreads / 32; ++w) v = fmaxf(v, smem[w]);
-    return v;
-}
-
-__device__ __forceinline__ float block_sum(float v, float* smem) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = smem[0];
-    for (int w = 1; w < kThreads / 32; ++w) v += smem[w];
-    return v;
-}
-
 __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a) {
-    __shared__ float smem[kThreads / 32];
     const int64_t C = a.classes;
     for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const float* x = static_cast<const float*>(a.logits) + row * C;
@@ -58,9 +38,9 @@ __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a) {
             s = s * expf(m - m_new) + expf(v - m_new);
             m = m_new;
         }
-        const float row_m = block_max(m, smem);
+        const float row_m = block_max_all<kThreads>(m);
         s *= m == row_m ? 1.0f : expf(m - row_m);
-        s = block_sum(s, smem);
+        s = block_sum_all<kThreads>(s);
         if (threadIdx.x == 0) {
             const float loss = ignored ? 0.0f : bad ? NAN : row_m + logf(s) - xt;
             if (a.reduction == REDUCTION_NONE)

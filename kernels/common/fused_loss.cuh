@@ -31,6 +31,7 @@
 #include "cuda_utils.cuh"
 #include "fused_loss_args.h"
 #include "losses.cuh"
+#include "numerics.cuh"  // to_acc, from_acc, Vec
 #include "reduce.cuh"
 
 namespace fused {
@@ -49,22 +50,11 @@ constexpr int kBlocksPerSm = 3;
 #endif
 
 // ----------------------------------------------------------------------------------------------
-// Values in memory (T) and in arithmetic (float).
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-template <class T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-    return __float2bfloat16(x);
-}
-template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
+// Values in memory (T) and in arithmetic (float): to_acc, from_acc and Vec come from numerics.cuh.
 
-// 16 bytes of T: one load or store instruction (LDG.128 / STG.128).
-template <class T> struct alignas(16) Pack {
-    static constexpr int kN = 16 / sizeof(T);
-    T v[kN];
-};
+// 16 bytes of T: one load or store instruction (LDG.128 / STG.128), numerics.cuh's Vec.
+template <class T> constexpr int kPackN = 16 / sizeof(T);
+template <class T> using Pack = Vec<T, kPackN<T>>;
 
 // The loss with its parameter: SmoothL1Loss{beta}; losses without one ignore it.
 template <class Loss, class = void> struct TakesParam : std::false_type {};
@@ -78,14 +68,14 @@ template <class Loss> static Loss make_loss(float param) {
 template <class Loss, class T, bool kGrad>
 __device__ __forceinline__ float pack_step(const Loss& loss, const Pack<T>& p, const Pack<T>& t,
                                            float grad_scale, Pack<T>* g) {
-    constexpr int kN = Pack<T>::kN;
+    constexpr int kN = kPackN<T>;
     float value[kN];
     Pack<T> grad;
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
-        const float pk = to_float(p.v[k]), tk = to_float(t.v[k]);
+        const float pk = to_acc(p.v[k]), tk = to_acc(t.v[k]);
         value[k] = loss(pk, tk);
-        if constexpr (kGrad) grad.v[k] = from_float<T>(loss.grad(pk, tk) * grad_scale);
+        if constexpr (kGrad) grad.v[k] = from_acc<T>(loss.grad(pk, tk) * grad_scale);
     }
     if constexpr (kGrad) *g = grad;
 #pragma unroll
@@ -102,7 +92,7 @@ __device__ __forceinline__ float pack_step(const Loss& loss, const Pack<T>& p, c
 template <class Loss, class T, bool kBroadcast, bool kGrad>
 __device__ float tile_sum(const Loss& loss, const FusedLossArgs& a, int64_t start, int64_t end,
                           bool vector, float grad_scale) {
-    constexpr int kN = Pack<T>::kN;
+    constexpr int kN = kPackN<T>;
     const T* pred = static_cast<const T*>(a.pred);
     const T* target = static_cast<const T*>(a.target);
     T* grad = static_cast<T*>(a.grad);
@@ -140,9 +130,9 @@ __device__ float tile_sum(const Loss& loss, const FusedLossArgs& a, int64_t star
         scalars_from = start + static_cast<int64_t>(kN) * npacks;
     }
     for (int64_t i = scalars_from + threadIdx.x; i < end; i += kThreads) {
-        const float p = to_float(pred[i]), t = to_float(target[kBroadcast ? i % a.target_len : i]);
+        const float p = to_acc(pred[i]), t = to_acc(target[kBroadcast ? i % a.target_len : i]);
         acc += loss(p, t);
-        if constexpr (kGrad) grad[i] = from_float<T>(loss.grad(p, t) * grad_scale);
+        if constexpr (kGrad) grad[i] = from_acc<T>(loss.grad(p, t) * grad_scale);
     }
     return acc;
 }
@@ -166,13 +156,13 @@ __global__ void __launch_bounds__(kFinalThreads) finish(const float* partials, i
     double acc = 0.0;
     for (int64_t i = threadIdx.x; i < count; i += kFinalThreads) acc += partials[i];
     acc = block_sum<kFinalThreads>(acc);
-    if (threadIdx.x == 0) *out = from_float<T>(static_cast<float>(acc * scale));
+    if (threadIdx.x == 0) *out = from_acc<T>(static_cast<float>(acc * scale));
 }
 
 // reduction "none": every element's loss, and its gradient when a.grad is set.
 template <class Loss, class T, bool kBroadcast>
 __global__ void __launch_bounds__(kThreads) each_element(FusedLossArgs a, Loss loss, bool vector) {
-    constexpr int kN = Pack<T>::kN;
+    constexpr int kN = kPackN<T>;
     const T* pred = static_cast<const T*>(a.pred);
     const T* target = static_cast<const T*>(a.target);
     T* out = static_cast<T*>(a.out);
@@ -188,9 +178,9 @@ __global__ void __launch_bounds__(kThreads) each_element(FusedLossArgs a, Loss l
             Pack<T> value, g;
 #pragma unroll
             for (int k = 0; k < kN; ++k) {
-                const float pk = to_float(p.v[k]), tk = to_float(t.v[k]);
-                value.v[k] = from_float<T>(loss(pk, tk));
-                g.v[k] = from_float<T>(loss.grad(pk, tk));
+                const float pk = to_acc(p.v[k]), tk = to_acc(t.v[k]);
+                value.v[k] = from_acc<T>(loss(pk, tk));
+                g.v[k] = from_acc<T>(loss.grad(pk, tk));
             }
             reinterpret_cast<Pack<T>*>(out)[v] = value;
             if (grad) reinterpret_cast<Pack<T>*>(grad)[v] = g;
@@ -198,9 +188,9 @@ __global__ void __launch_bounds__(kThreads) each_element(FusedLossArgs a, Loss l
         scalars_from = npacks * kN;
     }
     for (int64_t i = scalars_from + first; i < a.n; i += stride) {
-        const float p = to_float(pred[i]), t = to_float(target[kBroadcast ? i % a.target_len : i]);
-        out[i] = from_float<T>(loss(p, t));
-        if (grad) grad[i] = from_float<T>(loss.grad(p, t));
+        const float p = to_acc(pred[i]), t = to_acc(target[kBroadcast ? i % a.target_len : i]);
+        out[i] = from_acc<T>(loss(p, t));
+        if (grad) grad[i] = from_acc<T>(loss.grad(p, t));
     }
 }
 
@@ -208,9 +198,9 @@ __global__ void __launch_bounds__(kThreads) each_element(FusedLossArgs a, Loss l
 template <class T>
 __global__ void __launch_bounds__(kThreads) scale_in_place(T* grad, int64_t n, const T* grad_output,
                                                            bool vector) {
-    const float g = to_float(*grad_output);
+    const float g = to_acc(*grad_output);
     if (g == 1.0f) return;  // loss.backward() on the loss itself
-    constexpr int kN = Pack<T>::kN;
+    constexpr int kN = kPackN<T>;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
     int64_t scalars_from = 0;
@@ -219,13 +209,13 @@ __global__ void __launch_bounds__(kThreads) scale_in_place(T* grad, int64_t n, c
         for (int64_t v = first; v < n / kN; v += stride) {
             Pack<T> x = packs[v];
 #pragma unroll
-            for (int k = 0; k < kN; ++k) x.v[k] = from_float<T>(to_float(x.v[k]) * g);
+            for (int k = 0; k < kN; ++k) x.v[k] = from_acc<T>(to_acc(x.v[k]) * g);
             packs[v] = x;
         }
         scalars_from = n / kN * kN;
     }
     for (int64_t i = scalars_from + first; i < n; i += stride)
-        grad[i] = from_float<T>(to_float(grad[i]) * g);
+        grad[i] = from_acc<T>(to_acc(grad[i]) * g);
 }
 
 // Elements per tile for n inputs: a function of n only, so the sum order is fixed by n.
@@ -237,7 +227,7 @@ static inline int64_t tile_size(int64_t n) {
 
 template <class Loss, class T, bool kBroadcast>
 static cudaError_t launch_shape(const FusedLossArgs* a, cudaStream_t stream) {
-    constexpr int kN = Pack<T>::kN;
+    constexpr int kN = kPackN<T>;
     const Loss loss = make_loss<Loss>(a->param);
     const bool none = a->reduction == REDUCTION_NONE;
     const bool vector = is_aligned16(a->pred) && is_aligned16(a->target) &&
@@ -276,7 +266,7 @@ template <class T>
 static cudaError_t launch_scale_typed(const FusedLossArgs* a, cudaStream_t stream) {
     const bool vector = is_aligned16(a->grad);
     static const int64_t resident = resident_blocks(scale_in_place<T>, kThreads);  // asked once
-    const int64_t blocks = std::min(ceil_div(a->n, int64_t{kThreads} * Pack<T>::kN), resident);
+    const int64_t blocks = std::min(ceil_div(a->n, int64_t{kThreads} * kPackN<T>), resident);
     scale_in_place<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
         static_cast<T*>(a->grad), a->n, static_cast<const T*>(a->grad_output), vector);
     return cudaGetLastError();
