@@ -39,6 +39,7 @@ if ROOT not in sys.path:
 
 # %%
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -432,6 +433,8 @@ for name, kernel in versions.items():
     providers[name] = lambda l, t, kernel=kernel: cross_entropy(l, t, kernel=kernel,
                                                                 check_targets=False)
 try:  # last: Liger's kernel may overwrite its input with the gradient
+    # Liger imports tqdm.auto, which warns that ipywidgets is missing: no progress bar is used.
+    warnings.filterwarnings("ignore", message="IProgress not found")
     from liger_kernel.transformers.functional import liger_cross_entropy
 
     def liger(logits, target):

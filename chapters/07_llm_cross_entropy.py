@@ -623,3 +623,37 @@ plt.show()
 # of instructions bf16 / fp32 and which pipe is the busiest for bf16. How close to its limit is
 # that pipe? Then check with Nsight Compute (`kernels.profile`, the `ISSUE` counters).
 # ```
+#
+# ```{exercise}
+# :label: ch7-split-rows
+#
+# Clusters serve training, where the row must stay on chip for the gradient. The forward alone
+# over a few long rows (the last position of 32 sequences, when a model samples its next
+# token) goes to version 3's streaming kernel, one block per row: 32 rows keep 32 of the H100's
+# 132 SMs reading. `kernels/exercises/ch7_split_rows.cu` splits each row into slices instead,
+# one block per slice, each writing its slice's $(m, s)$ pair; a second kernel merges a row's
+# pairs and finishes the loss. Two parts are left to you: `merge` forgets the rescale, and
+# `slices_per_row` fills one SM instead of the whole GPU.
+# **Target**: 1.3 times version 4's forward speed at 32 x 256000 float32 logits.
+# ```
+#
+# ```{admonition} Hint
+# :class: dropdown
+#
+# `merge` is the rule of exercise 5.2, applied to two whole sums: rescale each by
+# $e^{m_b - m}$. For the slices: $r$ rows in $n$ slices make $r n$ blocks, and the GPU
+# runs `kBlocksPerSM` of them on each of its `sms` SMs at once.
+# ```
+
+# %%
+show_source("exercises/ch7_split_rows.cu")
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels.exercises.ch7_checks import check_split_rows
+
+if ch.exercise("exercises/ch7_split_rows.cu", check_split_rows):
+    bench.speedup_target(
+        lambda logits, target: cross_entropy(logits, target, kernel=load("exercises/ch7_split_rows.cu"),
+                                             check_targets=False),
+        lambda logits, target: cross_entropy(logits, target, kernel=v4, check_targets=False),
+        "cross_entropy", (32, 256000), 1.3, reference_label="version 4")

@@ -27,9 +27,13 @@ if ROOT not in sys.path:
 import torch
 from IPython.display import Markdown
 
-from kernels import load
+from kernels import Chapter, bench, load
 from kernels.cross_entropy import cross_entropy
+from kernels.exercises.ch7_checks import check_split_rows
 from kernels.notebook import kernels_launched, show_source
+
+SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
+ch = Chapter("ch7")
 
 
 # %% [markdown]
@@ -133,7 +137,7 @@ for chunk in (512, 896, 1024, 2048, 4096):
 # Per 16-byte vector, fp32 holds 4 values and bf16 holds 8, and nearly every instruction of
 # the three passes is per value: the max pass (a conversion for bf16, one FMNMX), the sum pass
 # (conversion, FFMA for (x - m) log2 e, MUFU.EX2, FADD), the gradient pass (conversion, FFMA,
-# MUFU.EX2, FFMA, a compare for the target, a conversion back). Counted that way, a value costs
+# MUFU.EX2, FFMA, a conversion back). Counted that way, a value costs
 # about the same in both dtypes, so per byte bf16 asks for about twice the instructions of
 # fp32, and twice the MUFU.EX2. The MUFU unit does 16 values per cycle per SM against 128 for
 # the FMA pipes, so it looks like the first to fill. Nsight Compute, for both (the last line
@@ -171,8 +175,65 @@ if counters:
 # copies and its stores; with 7 small blocks per SM (128 threads, 32 KB of shared memory each)
 # other blocks keep copying meanwhile, and DRAM stays about as busy for bf16 as for fp32. With
 # 256-thread blocks, the kernel's first form, the gaps showed: 1.8 ms for bf16 against 1.6
-# for fp32 (the kernel's header). Fewer instructions per value would still help the bf16 issue:
-# packed bf16x2 conversions, or the exponentials of the sum pass kept for the gradient pass.
+# for fp32 (the kernel's header). Fewer instructions per value still help bf16: the gradient
+# pass first tested every value against the target, a fifth of its instructions in bf16
+# (`bench/PERFLOG.md`); it now writes its vectors without the test and stores the target's
+# value once more afterwards, which took the bf16 step from 1.60 to about 1.57 ms (the
+# chapter's target table). Next would be packed bf16x2 conversions, or the exponentials of the
+# sum pass kept for the gradient pass.
+#
+# ```{solution-end}
+# ```
+
+# %% [markdown]
+# ```{solution-start} ch7-split-rows
+# :class: dropdown
+# ```
+#
+# `merge` rescales both sums to the larger maximum, $s = s_a e^{m_a - m} + s_b e^{m_b - m}$,
+# which is exercise 5.2's rule with a whole partial sum in place of one logit (the same
+# function also merges each thread's chunks, so the check fails everywhere until it is right).
+# `slices_per_row` asks for `kBlocksPerSM` blocks on every SM: $n = \lceil 8 \cdot
+# \text{SMs} / r \rceil$ slices, 33 for 32 rows on the H100's 132 SMs (1056 blocks), capped
+# so that a slice is at least one round of the block's loads and the pairs fit in the
+# workspace. The finishing kernel also writes the bad-target flag, so no memset is launched
+# before it.
+
+# %%
+show_source(os.path.join(SOLUTIONS, "ch7_split_rows.cu"), "struct MaxSum", "// Block b reads",
+            fold=False)
+
+# %% tags=["gpu"]
+assert ch.exercise(os.path.join(SOLUTIONS, "ch7_split_rows.cu"), check_split_rows)
+
+# %% tags=["gpu", "nbval-ignore-output"]
+split = load(os.path.join(SOLUTIONS, "ch7_split_rows.cu"))
+v4 = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
+
+
+def forward(kernel):
+    return lambda logits, target: cross_entropy(logits, target, kernel=kernel, check_targets=False)
+
+
+bench.speedup_target(forward(split), forward(v4), "cross_entropy", (32, 256000), 1.3,
+                     label="split rows", reference_label="version 4")
+
+# %% [markdown]
+# Where does splitting stop paying? The same two kernels from 8 to 1024 rows of 256000 classes:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+for rows in (8, 32, 128, 512, 1024):
+    mine, theirs = bench.bench_loss({"split": forward(split), "v4": forward(v4)},
+                                    "cross_entropy", (rows, 256000))
+    print(f"{rows:>5} rows: split rows {mine.gbps:5.0f} GB/s, version 4 {theirs.gbps:5.0f} GB/s, "
+          f"{theirs.ms / mine.ms:.2f}x")
+
+# %% [markdown]
+# Splitting pays while the rows are fewer than the SMs: version 4's forward then leaves SMs
+# idle. From about 128 rows on every SM has a row, and the split's second launch and its pairs
+# make it a few percent slower instead: a launcher would split only few rows. Even split, 32
+# rows stay far from the read bandwidth: their 32 MB take about 10 µs at full speed, so a
+# kernel's start and the second launch weigh on the whole (chapter 1's launch overhead).
 #
 # ```{solution-end}
 # ```
