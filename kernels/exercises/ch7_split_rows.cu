@@ -1,4 +1,4 @@
-// Exercise 7.4 (skeleton): few long rows, each split over several blocks, merged by a second kernel.
+// Exercise 7.4 (skeleton): few long rows, each split over blocks, merged by a second kernel.
 //
 // Forward only, float32 logits. A batch of a few rows of a large vocabulary (the last position of
 // 32 sequences, say) gives version 3's one block per row only a few SMs to read with. Here each
@@ -45,7 +45,8 @@ static int slices_per_row(const CrossEntropyArgs* a) {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     // TODO(exercise 7.4): enough blocks to fill one SM kBlocksPerSM times; the GPU has sms SMs.
     int64_t slices = (int64_t(kBlocksPerSM) + a->rows - 1) / a->rows;
-    const int64_t longest = (a->classes + kThreads * kLoads * 4 - 1) / (kThreads * kLoads * 4);
+    constexpr int kRound = kThreads * kLoads * 4;  // floats one round of the block's loads reads
+    const int64_t longest = (a->classes + kRound - 1) / kRound;
     const int64_t room = CE_WORKSPACE_BYTES(a->rows) / (a->rows * int64_t(sizeof(MaxSum)));
     if (slices > longest) slices = longest;
     if (slices > room) slices = room;
@@ -58,7 +59,8 @@ __global__ void __launch_bounds__(kThreads) slice_stats(CrossEntropyArgs a, int 
     const int64_t row = blockIdx.x / slices, slice = blockIdx.x % slices;
     const int64_t C = a.classes;
     const int64_t width = ((C + slices - 1) / slices + 3) / 4 * 4;  // whole 16-byte vectors
-    const int64_t begin = slice * width, end = begin + width < C ? begin + width : C;  // may be empty
+    const int64_t begin = slice * width;
+    const int64_t end = begin + width < C ? begin + width : C;  // the last slices may be empty
     const float* x = static_cast<const float*>(a.logits) + row * C;
     MaxSum r{-INFINITY, 0.0f};
     if (C % 4 == 0) {  // every row, so every slice, starts on a 16-byte boundary
@@ -69,8 +71,10 @@ __global__ void __launch_bounds__(kThreads) slice_stats(CrossEntropyArgs a, int 
 #pragma unroll
             for (int l = 0; l < kLoads; ++l) {  // every load issued before any math
                 const int64_t i = base + l * kThreads;
-                in[l] = i < end / 4 ? v[i] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-                chunk_max = fmaxf(chunk_max, fmaxf(fmaxf(in[l].x, in[l].y), fmaxf(in[l].z, in[l].w)));
+                in[l] = i < end / 4 ? v[i] : make_float4(-INFINITY, -INFINITY, -INFINITY,
+                                                          -INFINITY);
+                chunk_max = fmaxf(fmaxf(chunk_max, fmaxf(in[l].x, in[l].y)),
+                                  fmaxf(in[l].z, in[l].w));
             }
             MaxSum chunk{chunk_max, 0.0f};
             if (chunk_max != -INFINITY)
@@ -113,8 +117,9 @@ __global__ void __launch_bounds__(kFinishThreads) finish(CrossEntropyArgs a, int
     bad_rows = block_sum_all<kFinishThreads>(bad_rows);
     if (threadIdx.x != 0) return;
     *a.bad_target = bad_rows > 0.0;  // written here, every call: no memset before the launches
-    if (a.reduction != REDUCTION_NONE)
-        *static_cast<float*>(a.out) = static_cast<float>(a.reduction == REDUCTION_MEAN ? total / counted : total);
+    if (a.reduction == REDUCTION_NONE) return;
+    const double result = a.reduction == REDUCTION_MEAN ? total / counted : total;
+    *static_cast<float*>(a.out) = static_cast<float>(result);
 }
 
 extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStream_t stream) {
@@ -123,7 +128,8 @@ extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStrea
     const int slices = slices_per_row(a);
     if (a->rows * slices > 0x7fffffff) return cudaErrorInvalidValue;  // one block per slice
     MaxSum* pairs = static_cast<MaxSum*>(a->workspace);
-    slice_stats<<<static_cast<unsigned>(a->rows * slices), kThreads, 0, stream>>>(*a, slices, pairs);
+    const unsigned blocks = static_cast<unsigned>(a->rows * slices);
+    slice_stats<<<blocks, kThreads, 0, stream>>>(*a, slices, pairs);
     finish<<<1, kFinishThreads, 0, stream>>>(*a, slices, pairs);
     return cudaGetLastError();
 }
