@@ -21,6 +21,17 @@ def test_a_notebook_longer_than_the_limit_gets_its_own_call():
     assert stale.pack({"long": 900, "short": 10}, 540) == [["long"], ["short"]]
 
 
+def test_notebooks_are_packed_per_gpu_they_last_ran_on():
+    def run(name, gpu, seconds):
+        return ROOT / name, ["changed"], {"seconds": seconds, "environment": {"gpu": gpu}}
+
+    stale_list = [run("chapters/a.ipynb", "H100", 300), run("chapters/b.ipynb", "2 x H200", 100),
+                  run("chapters/c.ipynb", "H100", 200), run("chapters/d.ipynb", "H100", None)]
+    assert stale.calls_by_gpu(stale_list, 540, unknown=250) == {
+        "H100": [["chapters/a.ipynb", "chapters/c.ipynb"], ["chapters/d.ipynb"]],
+        "2 x H200": [["chapters/b.ipynb"]]}
+
+
 def test_changed_sources_names_each_changed_or_missing_file():
     file = "kernels/common/reduce.cuh"
     digest = hashlib.sha256((ROOT / file).read_bytes()).hexdigest()

@@ -7,7 +7,9 @@ A notebook is stale when a kernel source it built has changed since it was execu
 of tests/test_notebooks.py, kernels.provenance.changed_sources). Its last run time is
 ``metadata.course.seconds``, written by tools/execute.py; a notebook executed before that field
 existed counts as ``--unknown`` seconds. The device runs at most 600 s per call, so the stale
-notebooks are packed, longest first, into calls of ``tools/gpu_run.sh execute``.
+notebooks are packed, longest first, into calls of ``tools/gpu_run.sh execute``, one set of
+calls per GPU they last ran on: chapter 8 runs on two H200s, the others on the H100, and a call
+runs on one machine.
 """
 
 from __future__ import annotations
@@ -50,6 +52,16 @@ def pack(durations: dict, limit: float) -> list[list]:
     return [names for _, names in calls]
 
 
+def calls_by_gpu(stale, limit: float, unknown: float) -> dict[str, list[list]]:
+    """GPU name -> the packed calls of the stale notebooks that last ran on it."""
+    durations: dict[str, dict] = {}
+    for path, _, course in stale:
+        gpu = course.get("environment", {}).get("gpu", "an unknown GPU")
+        name = path.relative_to(ROOT).as_posix()
+        durations.setdefault(gpu, {})[name] = course.get("seconds") or unknown
+    return {gpu: pack(times, limit) for gpu, times in durations.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=float, help="seconds per GPU call (print NOTEBOOKS lines)")
@@ -68,11 +80,10 @@ def main() -> int:
         for line in changed:
             print(f"    {line}")
     if args.limit:
-        durations = {path.relative_to(ROOT).as_posix(): course.get("seconds") or args.unknown
-                     for path, _, course in stale}
-        print()
-        for names in pack(durations, args.limit):
-            print(f'NOTEBOOKS="{" ".join(names)}" tools/gpu_run.sh execute')
+        for gpu, calls in calls_by_gpu(stale, args.limit, args.unknown).items():
+            print(f"\n# last run on {gpu}:")
+            for names in calls:
+                print(f'NOTEBOOKS="{" ".join(names)}" tools/gpu_run.sh execute')
     return 0
 
 
