@@ -23,11 +23,13 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD
 # $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds.
 read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.book | tr '\n' ' ')}"
 status=0
+executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
 for stage in "$@"; do
   echo "=== $stage"
   case $stage in
     builds)  python3 bench/build_times.py --keep "$KERNELS_BUILD_DIR" ${BUILD_FILES:-} || status=1 ;;
     execute) python3 tools/execute.py "${notebooks[@]}" || status=1
+             executed=("${notebooks[@]}")
              python3 tools/status.py ;;
     nbval)   KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
              python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval --nbval-sanitize-with nbval_sanitize.cfg \
@@ -43,7 +45,7 @@ for stage in "$@"; do
   esac
 done
 if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/outputs.tgz" chapters/*.ipynb solutions/*.ipynb book/results book/status.md \
+  tar czf "$OUT/outputs.tgz" "${executed[@]}" book/results book/status.md \
     $(ls book/reliability.md 2>/dev/null)
 fi
 exit $status
