@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from . import provenance, toolchain
 from .build_cache import COMMON_DIR, KERNELS_DIR, Sources, build_lock, build_root, source_path
-from .codegen import registration
+from .codegen import loss_list, registration
 
 
 class KernelBuildError(RuntimeError):
@@ -50,6 +50,24 @@ class Kernel:
 
 
 _LOADED: dict[str, Kernel] = {}
+# (file, archs, loss list) -> (kernel, the mtime of every file it was built from): a repeated
+# load() of unchanged files returns after a few stat calls. Reading and hashing the sources
+# took 0.5-2 ms, more than a whole kernel at small sizes, so load() inside a timed lambda
+# made the timing measure the host.
+_FRESH: dict[tuple, tuple[Kernel, dict]] = {}
+
+
+def _mtimes(files) -> dict | None:
+    try:
+        stats = {f: os.stat(f) for f in files}
+    except OSError:  # a file was removed: read everything again
+        return None
+    return {f: (st.st_mtime_ns, st.st_size) for f, st in stats.items()}
+
+
+def _built_from(sources: Sources) -> list:
+    return [sources.path, sources.binding, *sources.headers, *sources.spliced,
+            *sources.extra_bindings]
 
 
 def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel:
@@ -62,8 +80,16 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     import torch
     from torch.utils.cpp_extension import load_inline
 
-    path = source_path(source)
     archs = toolchain.target_archs(archs)
+    # A relative path may name a file below the working directory (source_path), so it is part
+    # of the key; resolving the path costs more than the stat calls that follow.
+    where = "" if os.path.isabs(source) else os.getcwd()
+    key = (os.fspath(source), where, archs, tuple(loss_list()))
+    if key in _FRESH:
+        kernel, stamps = _FRESH[key]
+        if stamps and _mtimes(stamps) == stamps:
+            return kernel
+    path = source_path(source)
     sources = Sources.read(path)  # every file read once, here
     name = sources.build_name(archs)
     # Shown relative to kernels/ (course kernels) or to the repository (solutions/kernels/...).
@@ -71,6 +97,7 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     shown = path.relative_to(KERNELS_DIR if inside else KERNELS_DIR.parent).as_posix()
     provenance.record(sources)
     if name in _LOADED:
+        _FRESH[key] = (_LOADED[name], _mtimes(_built_from(sources)))
         return _LOADED[name]
 
     directory = build_root() / name
@@ -109,4 +136,5 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
 
     register(kernel, struct)
     _LOADED[name] = kernel
+    _FRESH[key] = (kernel, _mtimes(_built_from(sources)))
     return kernel

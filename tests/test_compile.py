@@ -74,3 +74,23 @@ def test_kernel_file_compiles(path, build_dir):
     rel = path.relative_to(ROOT).as_posix()
     build_dir[rel] = kernel.build_seconds
     print(f"{rel}: {sorted(kernel.ops)} built in {kernel.build_seconds:.1f} s")
+
+
+def test_a_repeated_load_reads_nothing_until_a_file_changes(build_dir, monkeypatch):
+    """load() inside a timed lambda must cost microseconds: reading and hashing the sources
+    again took 0.5-2 ms per call. An edited file (the learner's next attempt) is built again."""
+    folder = ROOT / "_build" / "test_compile"  # inside the repository, as the loader expects
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"split_rows_{os.getpid()}.cu"
+    path.write_text((ROOT / "solutions" / "kernels" / "ch7_split_rows.cu").read_text())
+    kernel = load(path, archs=ARCHS)
+    reads = []
+    real_read = Sources.read.__func__
+    monkeypatch.setattr(Sources, "read", classmethod(
+        lambda cls, p: reads.append(p) or real_read(cls, p)))
+    assert load(path, archs=ARCHS) is kernel and reads == []
+    path.write_text(path.read_text().replace("constexpr int kLoads = 4;", "constexpr int kLoads = 2;"))
+    edited = load(path, archs=ARCHS)
+    assert reads == [path] and edited is not kernel and not edited.cached
+    assert load(path, archs=ARCHS) is edited and reads == [path]
+    path.unlink()
