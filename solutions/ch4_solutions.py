@@ -42,8 +42,10 @@ from kernels.notebook import show_source
 # (exactly what that rounding added), `sum = t`. The error of the whole sum then no longer grows
 # with the number of addends: it stays about one float rounding, close to what a float64
 # accumulator gives (the strict check below passes), while every operation is still float32.
-# The compiler keeps `(t - sum) - y` as written because nvcc does not reassociate floating-point arithmetic by default; with
-# `--use_fast_math` it could simplify `c` to 0 and silently undo the compensation.
+# The compiler keeps `(t - sum) - y` as written: nvcc does not reassociate float additions,
+# not even with `--use_fast_math` (chapter 4 counts the PTX's adds in both builds). A compiler
+# that did, as `-ffast-math` allows GCC and Clang on a CPU, could reduce `c` to 0 and silently
+# undo the compensation.
 
 # %%
 show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu", fold=False)
