@@ -631,7 +631,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
 # - `torch.compile` fuses each element-wise loss into generated kernels that read each input
 #   once, and runs close to the read bandwidth at large sizes. That is the baseline our CUDA
 #   kernels must match; for cross-entropy it leaves room, which chapter 5 takes.
-# - Losses are far below the ridge point of the roofline: only bytes matter.
+# - Losses are far below the ridge point of the roofline: count the bytes first. The
+#   instructions issued per byte can still set the limit (chapter 5's bfloat16 kernel).
 # - Small inputs are latency-bound: the time is set by the launches and the host's work per
 #   call, not by the bytes, and `torch.compile`'s own per-call overhead counts there too.
 # - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small (measured
