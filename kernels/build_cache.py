@@ -77,6 +77,12 @@ class Sources:
         return cls(path, cuda_text, launchers, binding, binding_text, headers, file_text, spliced,
                    extra_bindings)
 
+    def files(self) -> dict:
+        """Every file the build read, with its text: the kernel file, the files spliced into it,
+        its bindings and the headers they include."""
+        return {self.path: self.file_text, self.binding: self.binding_text, **self.headers,
+                **self.spliced, **self.extra_bindings}
+
     def build_name(self, archs) -> str:
         """A library name unique to the sources, the architectures and the torch version."""
         import torch

@@ -65,11 +65,6 @@ def _mtimes(files) -> dict | None:
     return {f: (st.st_mtime_ns, st.st_size) for f, st in stats.items()}
 
 
-def _built_from(sources: Sources) -> list:
-    return [sources.path, sources.binding, *sources.headers, *sources.spliced,
-            *sources.extra_bindings]
-
-
 def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel:
     """Build (or fetch from the cache) one kernel file and return its ops.
 
@@ -97,7 +92,7 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     shown = path.relative_to(KERNELS_DIR if inside else KERNELS_DIR.parent).as_posix()
     provenance.record(sources)
     if name in _LOADED:
-        _FRESH[key] = (_LOADED[name], _mtimes(_built_from(sources)))
+        _FRESH[key] = (_LOADED[name], _mtimes(sources.files()))
         return _LOADED[name]
 
     directory = build_root() / name
@@ -136,5 +131,5 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
 
     register(kernel, struct)
     _LOADED[name] = kernel
-    _FRESH[key] = (kernel, _mtimes(_built_from(sources)))
+    _FRESH[key] = (kernel, _mtimes(sources.files()))
     return kernel

@@ -20,10 +20,8 @@ def record(sources: Sources) -> None:
     log = os.environ.get("KERNELS_SOURCES_LOG")
     if not log:
         return
-    texts = {sources.path: sources.file_text, sources.binding: sources.binding_text,
-             **sources.headers, **sources.spliced, **sources.extra_bindings}
     with open(log, "a") as handle:
-        for file, text in texts.items():
+        for file, text in sources.files().items():
             rel = file.relative_to(KERNELS_DIR.parent).as_posix()
             handle.write(json.dumps({rel: hashlib.sha256(text.encode()).hexdigest()}) + "\n")
 
