@@ -354,10 +354,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
          + results.markdown_table(rows, ["eager", "torch.compile", "v6"], "hinge"))
 
 # %% [markdown]
-# For Smooth L1 the picture is MSE's: version 6 is ahead of `torch.compile` at the smaller
-# sizes, level with it from about $2^{24}$ elements, and just behind it at $2^{30}$. For Hinge,
-# `torch.compile` is ahead at most sizes, and version 6 stays a few percent behind it at
-# $2^{30}$.
+# For Smooth L1 the picture is MSE's: `torch.compile` is ahead of version 6 at every size up
+# to $2^{22}$ elements, where version 6's three launches per call weigh most; the two are level,
+# within a few percent either way, from $2^{24}$ to $2^{28}$, and version 6 is just behind at
+# $2^{30}$ (the first table). For Hinge, `torch.compile` is ahead at most sizes, and version 6
+# stays a few percent behind it at $2^{30}$ (the second table).
 #
 # ## Exercises
 

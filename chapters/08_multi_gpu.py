@@ -102,7 +102,10 @@ print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=Tru
 # ranks (what averaging a data-parallel loss does by default), weighs a token of a heavily
 # padded batch more than a token of a full one. The fix costs one all-reduce of two numbers per
 # rank: its sum and its count, in float64 so that the sum of many ranks' partial sums loses
-# nothing, and in NCCL's fixed order so that every rank gets the same bits.
+# nothing. NCCL's all-reduce leaves identical copies of the result on every rank (the
+# documentation of `ncclAllReduce` says so), so every rank gets the same bits. It does not
+# document the order of the additions: that depends on the algorithm NCCL picks for the
+# message size and the topology, so the same bits from one run to the next is not promised.
 
 # %%
 show_source("vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
@@ -118,7 +121,11 @@ mean_run = ranks.launch("global_mean", GPUS)
 # %% [markdown]
 # The mean of means is off by tens of percent: not a rounding error but a different loss, and
 # its gradient trains a different model. The global mean matches the float64 reference to
-# float32 precision, has the same bits on both GPUs, and the same bits run after run.
+# float32 precision and has the same bits on both GPUs, as NCCL promises. It also has the same
+# bits in the three calls of the run, which shows less than it seems: with two ranks there is
+# one addition, and $a + b = b + a$ in floating point, so no order of reduction could change
+# the bits. Three ranks could (the CPU run below); one run agreeing with itself still says
+# nothing about another machine or another NCCL version.
 #
 # The same runs on three CPU processes over gloo (the statistics then come from PyTorch in
 # float64), with a third batch:
@@ -272,8 +279,9 @@ Markdown("\n".join(table))
 # - `shard_grad` takes about twice `shard_stats`: it reads the shard and writes as many bytes;
 #   `shard_stats` only reads. Both move their bytes close to the GPU's read bandwidth (the GB/s
 #   columns count what each kernel reads and writes).
-# - The communication is tiny: three floats per row, 96 KiB per rank for 8192 rows, about 20 µs,
-#   about 1 % of a step. An all-reduce inside a step can take longer than alone: it starts when
+# - The communication is tiny: three floats per row, 96 KiB per rank for 8192 rows; the two
+#   all-reduces alone (the last column) take about 1 % of a step. An all-reduce inside a step
+#   (the NCCL column) can take longer than alone: it starts when
 #   both ranks have called it, so its time includes waiting for the slower rank.
 # - "other" is PyTorch's small per-row work between the kernels (rescaling the sums, the loss of
 #   each row, the per-row scales of the gradient): a few µs each.
@@ -283,10 +291,18 @@ Markdown("\n".join(table))
 # rows per GPU they would cost relatively more (exercise 8.3).
 #
 # One more comparison from the same run: on one GPU, this chapter's two kernels are as fast as
-# chapter 5's final cross-entropy, and both are three times as fast as PyTorch's. Neither
-# reaches the bound of one read and one write: both read the logits twice (once for the
-# statistics, once for the gradient), because a row of 256000 logits does not fit on one SM.
-# Keeping it on chip across a cluster of SMs is the next step.
+# chapter 5's version 3, and both are about three times as fast as PyTorch's (the first lines
+# of the timing output). Neither reaches the bound of one read and one write: both read the
+# logits twice, once for the statistics and once for the gradient; version 3 because a row of
+# 256000 bf16 logits does not fit on one SM. Chapter 7's version 4 already removes the second
+# read on one GPU: it keeps each row on chip across a cluster of SMs, and at 8192 x 128256 bf16
+# its forward and backward beat version 3 by the factor chapter 7's target cell prints. This
+# run does not time version 4, so how much it would gain at these two shapes is not measured
+# here. With the vocabulary split, the second read has a reason of its own: between a shard's
+# statistics and its gradient comes the all-reduce of every rank's statistics, and a kernel
+# cannot hold its shard in shared memory across a collective that runs after it has finished.
+# Keeping the shard on chip would need the exchange inside the kernel, which this chapter does
+# not do.
 #
 # ## Summary
 #

@@ -58,9 +58,11 @@ Markdown("\n".join(lines))
 
 # %% [markdown]
 # At 2 ranks the single gather moves a third more bytes (16 against 12 per row: 128 KiB
-# against 96 KiB for 8192 rows), which NVLink carries in well under a microsecond: the saved
-# latency of one collective (the chapter's table times the two all-reduces) wins. At 64 ranks it moves 40 times more: there the
-# two all-reduces win, which is why Megatron-LM uses them.
+# against 96 KiB for 8192 rows), which NVLink carries in well under a microsecond, and it saves
+# the latency of one collective (the chapter's table times the two all-reduces alone). So we
+# expect it to win at 2 ranks, but that is a prediction: the check below runs it on CPU
+# processes over gloo, and no run of this course has timed it on GPUs. At 64 ranks it moves
+# 40 times more: there the two all-reduces should win, which is why Megatron-LM uses them.
 
 # %%
 show_source(os.path.join(SOLUTIONS, "ch8_one_collective.py"), fold=False)
