@@ -352,9 +352,10 @@ print("gradient after replay within 1e-6 of 8 (p - t) / n:",
 #
 # Chapter 5's cross-entropy already wrote its gradient during the forward. What it also did,
 # by default, was read a flag back from the GPU after every call, to raise an `IndexError` for
-# an out-of-range target. Reading it makes the host wait for the GPU: measured in chapter 5's
-# `bench/PERFLOG.md`, 34 µs more per forward at 32768 x 4096, and 168 µs more per training step,
-# because the host can no longer queue the next kernels while the GPU works. Chapter 4's lesson
+# an out-of-range target. Reading it makes the host wait for the GPU, and each forward at 32768
+# x 4096 took longer for it, a training step longer still (chapter 5's entries in
+# `bench/PERFLOG.md` hold the measurements), because the host can no longer queue the next
+# kernels while the GPU works. Chapter 4's lesson
 # was that an op must not wait on the host; the default did.
 #
 # Three ways to report a bad target without waiting, and what each costs:

@@ -117,14 +117,15 @@ for chunk in (512, 896, 1024, 2048, 4096):
 
 # %% [markdown]
 # The model puts 5% over the products out of reach at any chunk size: the logits' own traffic
-# is already 3.5 ms, 11% of the products, whatever the chunk. That is the real point: in this
+# (the first line above) is already more than twice that, whatever the chunk. That is the real
+# point: in this
 # design every byte of the logits still goes through memory (in chunks), and only overlapping
 # it with the products (a second CUDA stream, or the loss fused into the product's epilogue)
 # hides it. Within the model, the weight-gradient traffic falls below 5% of the products from
 # chunks of about 4096 rows (1 GiB of scratch): four times the issue's memory budget. The
-# chapter's sweep goes the same way, larger chunks faster down to about 41 ms at 2048 rows
-# (twice the budget), and adds what the model leaves out: the shape of the products (896 rows
-# ran slower than 768) and the measured step is about 25% over the products, not 15%.
+# chapter's sweep goes the same way, larger chunks faster (its plot of time against memory),
+# and adds what the model leaves out: the shape of the products (896 rows ran slower than 768),
+# and a measured step slower than the model's total at every chunk size both have.
 #
 # ```{solution-end}
 # ```
@@ -172,14 +173,16 @@ if counters:
 # fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs at a third
 # of its peak or so, the FMA pipes lower, and the SM issues well under the four instructions
 # per cycle it could. The extra instructions lengthen each block's computing phase between its
-# copies and its stores; with 7 small blocks per SM (128 threads, 32 KB of shared memory each)
-# other blocks keep copying meanwhile, and DRAM stays about as busy for bf16 as for fp32. With
-# 256-thread blocks, the kernel's first form, the gaps showed: 1.8 ms for bf16 against 1.6
-# for fp32 (the kernel's header). Fewer instructions per value still help bf16: the gradient
-# pass first tested every value against the target, a fifth of its instructions in bf16
-# (`bench/PERFLOG.md`); it now writes its vectors without the test and stores the target's
-# value once more afterwards, which took the bf16 step from 1.60 to about 1.57 ms (the
-# chapter's target table). Next would be packed bf16x2 conversions, or the exponentials of the
+# copies and its stores; with 6 or 7 small blocks per SM (128 threads, about 32 KB of shared
+# memory each: chapter 7's Nsight Compute table) other blocks keep copying meanwhile, and DRAM
+# stays about as busy for bf16 as for fp32. With 256-thread blocks, the kernel's first form,
+# the gaps showed: the bf16 step was clearly slower than with today's 128-thread blocks, and
+# than the fp32 step (the kernel's header and `bench/PERFLOG.md` have the times). Fewer instructions per value still help bf16: the
+# gradient pass first tested every value against the target, a fifth of its instructions in
+# bf16 (`bench/PERFLOG.md`); it now writes its vectors without the test and stores the target's
+# value once more afterwards, which made the bf16 step a little faster (`bench/PERFLOG.md` has
+# the before and after; chapter 7's target table the current time). Next would be packed bf16x2
+# conversions, or the exponentials of the
 # sum pass kept for the gradient pass.
 #
 # ```{solution-end}
@@ -234,8 +237,9 @@ for rows in (8, 32, 128, 512, 1024):
 # Splitting pays while the rows are fewer than the SMs: version 4's forward then leaves SMs
 # idle. From about 128 rows on every SM has a row, and the split's second launch and its pairs
 # make it a few percent slower instead: a launcher would split only few rows. Even split, 32
-# rows stay far from the read bandwidth: their 32 MB take about 10 µs at full speed, so a
-# kernel's start and the second launch weigh on the whole (chapter 1's launch overhead).
+# rows stay far from the read bandwidth: at full speed their 32 MB would take only a few
+# kernel launches' worth of time, so a kernel's start and the second launch weigh on the whole
+# (chapter 1's launch overhead).
 #
 # ```{solution-end}
 # ```
