@@ -37,9 +37,9 @@ def timed_load(source: str, archs, build_dir: str) -> tuple[float, bool]:
 
 
 def main() -> int:
-    from kernels.envinfo import environment
-    from kernels.build_cache import KERNELS_DIR
-    from kernels.toolchain import target_archs
+    from kernels.measure.envinfo import environment
+    from kernels.build.build_cache import KERNELS_DIR
+    from kernels.build.toolchain import target_archs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*")

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels import check, load
-from kernels.correctness import relative_error
-from kernels.cross_entropy import cross_entropy
+from kernels.measure.correctness import relative_error
+from kernels.ops.cross_entropy import cross_entropy
 
 VERSIONS = ["ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",
             "ch5_cross_entropy/v3_fused_rows.cu"]
@@ -247,7 +247,7 @@ import faulthandler, sys, torch
 faulthandler.enable()
 sys.path.insert(0, {root!r})
 from kernels import load
-from kernels.cross_entropy import cross_entropy
+from kernels.ops.cross_entropy import cross_entropy
 VERSIONS = {versions!r}
 k = load(VERSIONS[-1])
 x = torch.randn(4, 5, device="cuda")

@@ -6,7 +6,7 @@ Times, side by side on the same inputs: eager ``F.cross_entropy``, ``torch.compi
 (dynamic=False), Liger-Kernel's fused cross-entropy when it is installed, and the chapter's
 versions, for the forward at 32768 x 4096 fp32 and 4096 x 131072 fp32/bf16 and for
 forward+backward at 32768 x 4096 fp32. Prints each target with PASS/MISS and writes
-book/results/cross_entropy_targets.csv (columns of kernels.results.COLUMNS).
+book/results/cross_entropy_targets.csv (columns of kernels.measure.results.COLUMNS).
 
 Bandwidth counts the bytes that must move: logits + int64 targets for the forward, plus the
 gradient written for forward+backward.
@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels import bench, load, results
-from kernels.bench import Measurement
-from kernels.correctness import relative_error
-from kernels.cross_entropy import cross_entropy
+from kernels.measure.bench import Measurement
+from kernels.measure.correctness import relative_error
+from kernels.ops.cross_entropy import cross_entropy
 from kernels.losses import get_loss
 
 CHAPTER = "cross_entropy_targets"

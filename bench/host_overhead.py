@@ -14,7 +14,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from kernels import operators
+from kernels.ops import operators
 
 STEPS = 2000
 

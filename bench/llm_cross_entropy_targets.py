@@ -11,7 +11,7 @@ Side by side on the same inputs, in one process:
    and targets read);
 3. the language-model head, linear + cross-entropy forward+backward, at T=8192, H=4096,
    V=128256 and T=16384, H=2048, V=151936 bf16: eager, ``torch.compile``, Liger's fused linear
-   cross-entropy, matmul + v4, and ``kernels.llm_head.linear_cross_entropy``; time and the peak
+   cross-entropy, matmul + v4, and ``kernels.ops.llm_head.linear_cross_entropy``; time and the peak
    memory beyond the inputs, the weight and their gradients.
 Writes book/results/llm_cross_entropy.csv (time, GB/s) and book/results/llm_head.csv (time,
 memory).
@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from kernels import bench, load, results
-from kernels.bench import Measurement
-from kernels.cross_entropy import cross_entropy
-from kernels.llm_head import LLM_CE_FILE, head_inputs, linear_cross_entropy, measure_step
+from kernels.measure.bench import Measurement
+from kernels.ops.cross_entropy import cross_entropy
+from kernels.ops.llm_head import LLM_CE_FILE, head_inputs, linear_cross_entropy, measure_step
 
 CHAPTER = "llm_cross_entropy"
 V3 = "ch5_cross_entropy/v3_fused_rows.cu"

@@ -12,7 +12,7 @@ Side by side on the same inputs, on one GPU, in one process:
 - cross-entropy's default path (no host wait) at 32768 x 4096 fp32, forward and forward+backward.
 
 Prints each target with PASS/MISS and writes book/results/operator_targets.csv (columns of
-kernels.results.COLUMNS). Bytes: a forward reads each input once; a forward+backward also writes
+kernels.measure.results.COLUMNS). Bytes: a forward reads each input once; a forward+backward also writes
 the gradient once (12 bytes per fp32 element for MSE and Smooth L1, 8 for Hinge, whose target is
 one broadcast row); cross-entropy's forward+backward reads the logits and writes their gradient.
 """
@@ -21,9 +21,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from kernels import bench, operators, results
-from kernels.bench import Measurement
+from kernels import bench, results
 from kernels.losses import ELEMENT_WISE, get_loss
+from kernels.measure.bench import Measurement
+from kernels.ops import operators
 
 CHAPTER = "operator_targets"
 OURS = "ch6 operator"

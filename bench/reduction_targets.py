@@ -5,7 +5,7 @@
 Builds the final kernel file (chapter 4, version 5), then measures, in this one process:
 torch.sum over a 4 GiB tensor (the read bandwidth), and eager PyTorch, torch.compile
 (dynamic=False) and the final kernel for MSE, Smooth L1 and Hinge at every size 2^12..2^30
-(kernels.bench.SIZES). It prints each target with PASS or MISS:
+(kernels.measure.bench.SIZES). It prints each target with PASS or MISS:
 
 - at 2^30: >= 98% of torch.sum's read bandwidth, and time / torch.compile's time <= 1.00;
 - at every size: no slower than eager and than torch.compile;
@@ -13,7 +13,7 @@ torch.sum over a 4 GiB tensor (the read bandwidth), and eager PyTorch, torch.com
 - bitwise reproducible: one distinct result over 100 runs, and the same bits when the grid is
   capped at another size (LOSS_KERNELS_BLOCKS, read by the launcher, in a child process).
 
-The measurements go to book/results/reduction_targets.csv (kernels.results columns); the
+The measurements go to book/results/reduction_targets.csv (kernels.measure.results columns); the
 torch.sum row has provider "torch.sum". This is a benchmark, not a timed test.
 """
 

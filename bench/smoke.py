@@ -8,7 +8,7 @@ t = time.perf_counter(); k2 = load("ch4_two_pass/v2_deterministic_tiles.cu"); pr
 for name, op in k.ops.items():
     check(op, name)
 # poison works?
-from kernels.correctness import poison_allocator
+from kernels.measure.correctness import poison_allocator
 poison_allocator(); x = torch.empty((), device="cuda"); print("poisoned 0-d:", x.item())
 peak = bench.read_bandwidth(); print(f"read bw {peak:.0f} GB/s; copy {bench.copy_bandwidth():.0f} GB/s")
 for name, op in k.ops.items():

@@ -5,13 +5,14 @@
 Vocab-parallel cross-entropy, forward + backward of bf16 logits (8192 x 256000 and 16384 x
 128256): the same kernels on 1 GPU and with the vocabulary split over every GPU of the machine,
 side by side in one run; target: at least 1.8x the throughput on 2 GPUs. Writes
-book/results/vocab_parallel_targets.csv (columns of kernels.results.COLUMNS).
+book/results/vocab_parallel_targets.csv (columns of kernels.measure.results.COLUMNS).
 """
 import sys
 
 import torch
 
-from kernels import ranks, results
+from kernels import results
+from kernels.ops import ranks
 
 
 def main() -> int:

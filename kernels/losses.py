@@ -4,9 +4,12 @@ An entry of :data:`LOSSES` holds a loss's float64 reference, its inputs, the irr
 is checked on, the bytes it must read and, for an element-wise loss, its per-element expression,
 its parameter, the gradient of its target and the CUDA functor of ``common/losses.cuh`` that
 computes it. Everything else takes a loss from here: the checks, the benchmarks, the tests, the
-final kernels' launchers (``kernels.codegen`` defines ``KERNELS_ELEMENT_WISE_LOSSES`` for
-chapter 6's kernel file) and their operators (``kernels.operators.LossOps``). A new element-wise
-loss is a functor in ``common/losses.cuh`` and an entry here (CONTRIBUTING.md).
+final kernels' launchers (``kernels.build.codegen`` defines ``KERNELS_ELEMENT_WISE_LOSSES`` for
+chapter 6's kernel file) and their operators (``kernels.ops.operators.LossOps``). A new
+element-wise loss is a functor in ``common/losses.cuh`` and an entry here (CONTRIBUTING.md).
+
+The lowest layer of the toolkit: it imports nothing of it (PyTorch only inside its functions),
+and every other layer reads it (``kernels.LAYERS``).
 """
 
 from __future__ import annotations

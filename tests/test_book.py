@@ -23,7 +23,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
-from kernels.book import toc_notebooks
+from kernels.course.book import toc_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -216,7 +216,7 @@ def test_nothing_is_cut_off_at_1280_px(pages):
 def test_figures_are_shown_at_their_drawn_size(pages):
     """A figure shown narrower than drawn shrinks its text below the body's small print.
 
-    kernels.plot.subplots draws every figure 800 px wide, within the 819 px column at 1280 px.
+    kernels.measure.plot.subplots draws every figure 800 px wide, within the 819 px column at 1280 px.
     """
     reports, _ = pages
     bad = {rel: [(src[-20:], drawn, shown) for src, drawn, shown in r["figures"]

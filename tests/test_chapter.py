@@ -1,4 +1,4 @@
-"""kernels.chapter.Chapter on CPU: the rows it writes and reads, and the verdicts of its exercises.
+"""kernels.course.chapter.Chapter on CPU: the rows it writes and reads, its exercises' verdicts.
 
 The GPU's name and bandwidths are monkeypatched, the results folder is a temporary one, and the
 exercises' builds are stand-ins (a kernel object, or the errors a build and a check raise).
@@ -9,9 +9,9 @@ import csv
 import pytest
 import torch
 
-import kernels
 from kernels import Chapter, CheckFailed, KernelBuildError, bench, results
-from kernels.chapter import ROOT
+from kernels.build import loader
+from kernels.course.chapter import ROOT
 
 
 @pytest.fixture
@@ -128,7 +128,8 @@ class FakeKernel:
 
 @pytest.fixture
 def builds(monkeypatch):
-    """Replace kernels.load: returns a FakeKernel, or raises what ``builds.error`` is set to."""
+    """Replace kernels.build.loader.load, which Chapter.exercise calls: returns a FakeKernel, or
+    raises what ``builds.error`` is set to."""
     class Builds:
         error = None
         sources = []
@@ -139,7 +140,7 @@ def builds(monkeypatch):
             raise Builds.error
         return FakeKernel()
 
-    monkeypatch.setattr(kernels, "load", fake_load)
+    monkeypatch.setattr(loader, "load", fake_load)
     return Builds
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from kernels import load
-from kernels.build_cache import Sources
-from kernels.toolchain import nvcc
+from kernels.build.build_cache import Sources
+from kernels.build.toolchain import nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHS = ("7.5", "9.0")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import yaml
 
-from kernels.book import toc_files
+from kernels.course.book import toc_files
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 For every notebook in chapters/ and solutions/ that has code cells:
 
-(a) the first cell is exactly ``kernels.notebook.SETUP_CELL`` for the repository of _config.yml;
+(a) the first cell is exactly ``kernels.course.notebook.SETUP_CELL`` for the repository of _config.yml;
 (b) a cell that builds a kernel file, ``load("chX/file.cu")``, follows a code cell that shows
     that same file with ``show_source("chX/file.cu")`` (unless shown earlier in the notebook,
     or a kernel of an earlier chapter);
@@ -26,10 +26,10 @@ import nbformat
 import pytest
 import yaml
 
-from kernels.book import notebooks as all_notebooks
-from kernels.book import toc_files
-from kernels.notebook import SETUP_CELL
-from kernels.provenance import changed_sources
+from kernels.build.provenance import changed_sources
+from kernels.course.book import notebooks as all_notebooks
+from kernels.course.book import toc_files
+from kernels.course.notebook import SETUP_CELL
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
@@ -118,8 +118,8 @@ def test_first_cell_is_the_setup_cell(path):
     expected = SETUP_CELL.format(repository=REPOSITORY)
     assert first.cell_type == "code", f"{rel(path)}: the first cell must be the setup code cell"
     assert first.source.rstrip("\n") == expected, (
-        f"{rel(path)}: the first cell is not kernels.notebook.SETUP_CELL with repository "
-        f"{REPOSITORY}; print it with: python -c \"from kernels.notebook import SETUP_CELL; "
+        f"{rel(path)}: the first cell is not kernels.course.notebook.SETUP_CELL with repository "
+        f"{REPOSITORY}; print it with: python -c \"from kernels.course.notebook import SETUP_CELL; "
         f"print(SETUP_CELL.format(repository='{REPOSITORY}'))\"")
 
 

@@ -5,9 +5,10 @@ argument checks that answer before any kernel runs."""
 import pytest
 import torch
 
-from kernels import losses, operators
-from kernels.build_cache import Sources, source_path
-from kernels.codegen import registration
+from kernels import losses
+from kernels.build.build_cache import Sources, source_path
+from kernels.build.codegen import registration
+from kernels.ops import operators
 
 ELEMENT_WISE = losses.ELEMENT_WISE
 
@@ -148,7 +149,7 @@ def test_the_loss_list_keeps_the_file_s_line_numbers():
 
 
 def test_a_file_without_the_loss_list_is_left_as_it_is():
-    from kernels.codegen import with_loss_list
+    from kernels.build.codegen import with_loss_list
 
     text = 'extern "C" cudaError_t mse_launch(const ReductionArgs* a, cudaStream_t s);'
     assert with_loss_list(text) == text

@@ -1,4 +1,4 @@
-"""kernels.profile without a GPU: parsing ncu's CSV and cuobjdump's listing, and PTX from nvcc."""
+"""kernels.measure.profile without a GPU: parsing ncu's CSV and cuobjdump's listing, and PTX from nvcc."""
 
 import math
 import re
@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from kernels import profile
+from kernels.measure import profile
 
 # ncu --csv --page raw --print-units base: a header row, a units row, one row per launch.
 NCU_CSV = '''==PROF== Connected to process 123

@@ -9,7 +9,7 @@ spec = importlib.util.spec_from_file_location("stale", ROOT / "tools" / "stale.p
 stale = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(stale)
 
-from kernels.provenance import changed_sources  # noqa: E402
+from kernels.build.provenance import changed_sources  # noqa: E402
 
 
 def test_calls_stay_under_the_limit_longest_first():

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import (bench, build_cache, codegen, loader, losses, notebook, plot, results,
-                     toolchain)
-from kernels.correctness import _describe_mismatch, relative_error
+from kernels import bench, losses, plot, results
+from kernels.build import build_cache, codegen, loader, toolchain
+from kernels.course import notebook
+from kernels.measure.correctness import _describe_mismatch, relative_error
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,8 +216,8 @@ def test_build_root_follows_the_environment(monkeypatch, tmp_path):
 def test_importing_kernels_changes_no_environment_variable():
     """Where torch would guess the toolkit wrong (as on CI), $CUDA_HOME is set by a build."""
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
-    code = ("import os; before = dict(os.environ); import kernels, kernels.toolchain, "
-            "kernels.loader, kernels.notebook, kernels.operators; "
+    code = ("import os; before = dict(os.environ); import kernels, kernels.build.toolchain, "
+            "kernels.build.loader, kernels.course.notebook, kernels.ops.operators; "
             "changed = sorted(k for k in before.keys() | os.environ.keys() "
             "if before.get(k) != os.environ.get(k)); print(changed)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, text=True,
@@ -629,7 +630,7 @@ def test_reliability_report(tmp_path):
 # --- llm_head: what needs no GPU -------------------------------------------------------------
 
 def test_fused_head_chunks_fit_the_budget_in_whole_tiles():
-    from kernels.llm_head import CHUNK_BYTES, ROW_MULTIPLE, default_chunk_rows
+    from kernels.ops.llm_head import CHUNK_BYTES, ROW_MULTIPLE, default_chunk_rows
 
     assert default_chunk_rows(128256, 2) == 1024  # Llama 3, bf16
     assert default_chunk_rows(151936, 2) == 768  # Qwen 2, bf16
@@ -640,7 +641,7 @@ def test_fused_head_chunks_fit_the_budget_in_whole_tiles():
 
 
 def test_fused_head_rejects_cpu_tensors_and_bad_arguments_before_any_kernel():
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = torch.randn(4, 8), torch.randn(16, 8), torch.zeros(4, dtype=torch.int64)
     with pytest.raises(ValueError, match="hidden must be a CUDA tensor"):

@@ -1,6 +1,6 @@
 """Chapter 8's communication, checked on CPU processes over gloo (no GPU needed).
 
-``kernels.ranks`` runs the same code on GPUs over NCCL; on the CPU the per-shard statistics come
+``kernels.ops.ranks`` runs the same code on GPUs over NCCL; on the CPU the per-shard statistics come
 from the float64 reference, so these tests check the all-reduce logic (the max, the rescaled
 sums, the owned target logits, the global (sum, count)) and the gradient formula exactly.
 """
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import ranks
-from kernels.vocab_parallel import (MULTICAST_OFF, cross_entropy, keep_multicast_off,
+from kernels.ops import ranks
+from kernels.ops.vocab_parallel import (MULTICAST_OFF, cross_entropy, keep_multicast_off,
                                     reference_stats, shard_bounds)
 
 

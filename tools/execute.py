@@ -5,7 +5,7 @@
 Each notebook runs top to bottom in its own folder (as Jupyter and nbval run it). Its metadata
 then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date), ``course.sources``
 (the SHA-256 of every kernel source the notebook built, logged by ``kernels.load``: see
-kernels/provenance.py) and ``course.seconds`` (how long it ran: tools/stale.py plans the next
+kernels/build/provenance.py) and ``course.seconds`` (how long it ran: tools/stale.py plans the next
 GPU run with it).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.
@@ -37,7 +37,7 @@ def execute(path: Path, timeout: int) -> float:
     import nbformat
     from nbclient import NotebookClient
 
-    from kernels.envinfo import environment
+    from kernels.measure.envinfo import environment
 
     notebook = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as scratch:

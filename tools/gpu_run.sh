@@ -21,7 +21,7 @@ fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
 # $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds.
-read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.book | tr '\n' ' ')}"
+read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.course.book | tr '\n' ' ')}"
 status=0
 executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
 for stage in "$@"; do

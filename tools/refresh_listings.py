@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.book import notebooks  # noqa: E402
-from kernels.notebook import show_source  # noqa: E402
+from kernels.course.book import notebooks  # noqa: E402
+from kernels.course.notebook import show_source  # noqa: E402
 
 # The names a listing cell may use (chapters pass paths relative to kernels/, solutions join
 # SOLUTIONS with a file name).

@@ -4,7 +4,7 @@
     python tools/stale.py --limit 540     # also: NOTEBOOKS=... lines, each call under 540 s
 
 A notebook is stale when a kernel source it built has changed since it was executed (the rule
-of tests/test_notebooks.py, kernels.provenance.changed_sources). Its last run time is
+of tests/test_notebooks.py, kernels.build.provenance.changed_sources). Its last run time is
 ``metadata.course.seconds``, written by tools/execute.py; a notebook executed before that field
 existed counts as ``--unknown`` seconds. The device runs at most 600 s per call, so the stale
 notebooks are packed, longest first, into calls of ``tools/gpu_run.sh execute``, one set of
@@ -26,8 +26,8 @@ def stale_notebooks() -> list[tuple[Path, list[str], dict]]:
     """(notebook, what changed, its ``metadata.course``) of every stale notebook."""
     import nbformat
 
-    from kernels.book import notebooks
-    from kernels.provenance import changed_sources
+    from kernels.course.book import notebooks
+    from kernels.build.provenance import changed_sources
 
     found = []
     for path in notebooks():

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.book import notebooks  # noqa: E402
+from kernels.course.book import notebooks  # noqa: E402
 
 STATUS = ROOT / "book" / "status.md"
 

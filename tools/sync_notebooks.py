@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.book import twins  # noqa: E402
+from kernels.course.book import twins  # noqa: E402
 
 
 def cells_of(notebook):

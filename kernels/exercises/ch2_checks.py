@@ -43,7 +43,7 @@ def lanes_leaving_before_a_shuffle(cuda_text: str) -> list[str]:
 def every_lane_reaches_the_shuffles(source) -> bool:
     """Exercise 2.1: print PASS, or FAIL naming the kernels where lanes return before a
     full-mask shuffle; return whether it passed."""
-    from kernels.build_cache import source_path
+    from kernels.build.build_cache import source_path
 
     path = source_path(source)
     kernels = lanes_leaving_before_a_shuffle(path.read_text())

@@ -1,7 +1,7 @@
 """Checks for chapter 5's exercises: one PASS or FAIL line per case, never an exception.
 
 Each ``check_*`` takes a built exercise kernel (``kernels.load("exercises/ch5_....cu")``), runs
-it through the chapter's wrapper (``kernels.cross_entropy.cross_entropy``) on fixed random
+it through the chapter's wrapper (``kernels.ops.cross_entropy.cross_entropy``) on fixed random
 inputs, compares with ``F.cross_entropy`` in float64 and prints one line per case. A FAIL line
 says why (wrong value, wrong NaN, an error raised); the function returns True when all passed.
 The lines hold no timing, so the solutions notebook's stored output is the same on every GPU.
@@ -14,7 +14,7 @@ RTOL = 1e-5
 
 
 def _op(kernel):
-    from kernels.cross_entropy import cross_entropy
+    from kernels.ops.cross_entropy import cross_entropy
 
     def op(logits, target, **kwargs):
         return cross_entropy(logits, target, kernel=kernel, **kwargs)
@@ -116,7 +116,7 @@ def summary(ok: bool) -> None:
 
 def run_exercise(source: str, check) -> bool:
     """Build an exercise kernel (a compile error prints FAIL, not a traceback) and check it."""
-    from kernels import KernelBuildError, load
+    from kernels.build.loader import KernelBuildError, load
 
     try:
         kernel = load(source)

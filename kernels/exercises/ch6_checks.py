@@ -1,8 +1,8 @@
 """Checks for chapter 6's exercises: one PASS or FAIL line per case, never an exception.
 
 ``check_log_cosh(kernel)`` runs a built exercise kernel (``kernels.load("exercises/ch6_log_cosh.cu")``)
-as an operator (:class:`kernels.operators.LossOps`), forward and backward, and compares the loss
-and the gradient with log(cosh(p - t)) computed by PyTorch in float64. The lines hold no
+as an operator (:class:`kernels.ops.operators.LossOps`), forward and backward, and compares the
+loss and the gradient with log(cosh(p - t)) computed by PyTorch in float64. The lines hold no
 timing, so the solutions notebook's stored output is the same on every GPU.
 """
 
@@ -14,7 +14,7 @@ SEED = 2026
 
 
 def _relative_error(got, expected) -> float:
-    from kernels.correctness import relative_error
+    from kernels.measure.correctness import relative_error
 
     return relative_error(got, expected)
 
@@ -63,7 +63,7 @@ def check_log_cosh(kernel) -> bool:
     """Exercise 6.1: log-cosh, forward and backward, small and huge differences, three dtypes."""
     import torch
 
-    from kernels.operators import LossOps
+    from kernels.ops.operators import LossOps
 
     ops = LossOps(kernel)
     g = torch.Generator(device="cuda").manual_seed(SEED)

@@ -1,7 +1,7 @@
 """Checks for chapter 8's exercises: one PASS or FAIL line per case, never an exception.
 
-``check_one_collective(path)`` runs chapter 8's check cases (``kernels.ranks.CHECK_CASES``) on
-CPU processes over gloo, with ``row_log_sum_exp`` taken from the file at ``path``, and compares
+``check_one_collective(path)`` runs chapter 8's check cases (``kernels.ops.ranks.CHECK_CASES``)
+on CPU processes over gloo, with ``row_log_sum_exp`` taken from the file at ``path``, and compares
 losses and gradients with PyTorch's cross-entropy in float64. No GPU is needed, and the lines
 hold no measured number, so the stored output is the same on every machine.
 """
@@ -14,7 +14,7 @@ from .ch5_checks import summary
 
 
 def check_one_collective(path, processes: int = 3) -> bool:
-    from kernels.ranks import launch
+    from kernels.ops.ranks import launch
 
     try:
         result = launch("check", processes, backend="gloo", echo=False, lse_file=str(path))

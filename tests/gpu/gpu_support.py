@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from kernels.build_cache import Sources  # noqa: E402  (the repository is on sys.path now)
+from kernels.build.build_cache import Sources  # noqa: E402  (the repository is on sys.path now)
 
 KERNELS = ROOT / "kernels"
 ELEMENT_WISE_CHAPTERS = ("ch2_atomics", "ch3_block_reduction", "ch4_two_pass")

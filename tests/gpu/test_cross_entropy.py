@@ -1,6 +1,6 @@
 """The chapter 5 cross-entropy kernels against F.cross_entropy.
 
-API under test (kernels/cross_entropy.py): ``cross_entropy(logits, target, ignore_index=-100,
+API under test (kernels/ops/cross_entropy.py): ``cross_entropy(logits, target, ignore_index=-100,
 reduction="mean", label_smoothing=0.0, kernel=None, check_targets=False, fused_backward=True)``,
 running the ops of one kernel file (``kernel=``; by default ``FINAL``, the chapter's last version).
 
@@ -21,7 +21,7 @@ from gpu_support import CROSS_ENTROPY_CHAPTER, kernel_files, ops_of, record, ver
 
 pytestmark = pytest.mark.gpu
 
-from kernels import correctness  # noqa: E402
+from kernels.measure import correctness  # noqa: E402
 from kernels.losses import get_loss  # noqa: E402
 
 FILES = [f for f in kernel_files(CROSS_ENTROPY_CHAPTER) if "cross_entropy" in ops_of(f)]
@@ -32,14 +32,14 @@ RTOL = 1e-5
 @functools.lru_cache(maxsize=None)
 def kernel_of(path=None):
     from kernels import load
-    from kernels.cross_entropy import FINAL
+    from kernels.ops.cross_entropy import FINAL
 
     return load(path or FINAL)
 
 
 def ce(kernel=None, **fixed):
     """F.cross_entropy's signature, computed by one kernel file."""
-    from kernels.cross_entropy import cross_entropy
+    from kernels.ops.cross_entropy import cross_entropy
 
     k = kernel if kernel is not None else kernel_of()
 

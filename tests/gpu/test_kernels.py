@@ -18,7 +18,7 @@ from gpu_support import (ELEMENT_WISE_CHAPTERS, case_id, element_wise_cases, los
 
 pytestmark = pytest.mark.gpu
 
-from kernels import correctness  # noqa: E402
+from kernels.measure import correctness  # noqa: E402
 from kernels.losses import LOSSES, get_loss  # noqa: E402
 
 # Tolerances of the check suite (max relative error vs float64), 1e-5 unless listed. Only the

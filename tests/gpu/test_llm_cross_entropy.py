@@ -1,10 +1,10 @@
 """Chapter 7: the cluster cross-entropy (v4) and the fused linear + cross-entropy against float64.
 
-- v4 through ``kernels.cross_entropy.cross_entropy(kernel=V4)``: rows of 4097..262144 classes take
+- v4 through ``kernels.ops.cross_entropy.cross_entropy(kernel=V4)``: rows of 4097..262144 classes take
   the cluster kernel on Hopper (cluster sizes 1, 2, 8 and 16 below), others fall back to v3; loss
   and gradient for fp32/bf16/fp16, every reduction, ignore_index, label smoothing, -inf and NaN
   logits, bit-for-bit determinism, the in-place gradient op, ``opcheck``.
-- ``kernels.llm_head.linear_cross_entropy``: loss and both gradients against float64 for every
+- ``kernels.ops.llm_head.linear_cross_entropy``: loss and both gradients against float64 for every
   dtype, several chunks, ignored tokens, smoothing, ``grad_output`` != 1, bad input, the peak
   memory it adds, ``opcheck`` and ``torch.compile``.
 """
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 pytestmark = pytest.mark.gpu
 
 V4 = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
-# Relative error (kernels.correctness.relative_error) allowed against float64: PyTorch's own
+# Relative error (kernels.measure.correctness.relative_error) allowed against float64: PyTorch's own
 # bf16/fp16 paths are within these too (the inputs are rounded to the dtype before the reference
 # sees them).
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -28,7 +28,7 @@ CLASSES = [4104, 16392, 128256, 262144, 262150]
 
 
 def relative_error(got, expected):
-    from kernels.correctness import relative_error as rel
+    from kernels.measure.correctness import relative_error as rel
 
     return rel(got.detach().double().cpu(), expected.detach().double().cpu())
 
@@ -41,7 +41,7 @@ def v4():
 
 
 def ce(x, target, **kwargs):
-    from kernels.cross_entropy import cross_entropy
+    from kernels.ops.cross_entropy import cross_entropy
 
     return cross_entropy(x, target, kernel=v4(), **kwargs)
 
@@ -137,7 +137,7 @@ def test_bitwise_deterministic(classes):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 def test_gradient_into_logits_equals_the_fused_gradient(dtype, reduction):
-    from kernels.operators import REDUCTIONS, SAVE_GRAD
+    from kernels.ops.operators import REDUCTIONS, SAVE_GRAD
 
     logits, target = make(33, 128256, dtype)
     loss, grad, _ = v4().cross_entropy(logits, target, -100, REDUCTIONS[reduction], 0.1, SAVE_GRAD)
@@ -155,7 +155,7 @@ def test_gradient_into_logits_rejects_what_it_cannot_do():
 
 
 def test_opcheck():
-    from kernels.operators import REDUCTIONS, SAVE_GRAD, SAVE_LSE
+    from kernels.ops.operators import REDUCTIONS, SAVE_GRAD, SAVE_LSE
 
     for classes in (16392, 128256):
         logits, target = make(8, classes, torch.bfloat16)
@@ -190,7 +190,7 @@ def float64_head(h, w, t, grad_output=1.0, **kwargs):
 @pytest.mark.parametrize("reduction, smoothing, grad_output",
                          [("mean", 0.0, 1.0), ("mean", 0.1, 3.0), ("sum", 0.0, 0.5)])
 def test_linear_cross_entropy_matches_float64(dtype, reduction, smoothing, grad_output):
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = lm_head_inputs(300, 256, 16392, dtype)
     hx, wx = h.clone().requires_grad_(), w.clone().requires_grad_()
@@ -211,7 +211,7 @@ def test_linear_cross_entropy_matches_float64(dtype, reduction, smoothing, grad_
 
 
 def test_linear_cross_entropy_without_gradients_and_3d_hidden():
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = lm_head_inputs(2 * 96, 128, 8200, torch.float32)
     with torch.no_grad():
@@ -220,7 +220,7 @@ def test_linear_cross_entropy_without_gradients_and_3d_hidden():
 
 
 def test_linear_cross_entropy_peak_memory_is_one_chunk():
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     tokens, hidden, vocab, chunk = 4096, 512, 32768, 256
     h, w, t = lm_head_inputs(tokens, hidden, vocab, torch.bfloat16)
@@ -239,7 +239,7 @@ def test_linear_cross_entropy_peak_memory_is_one_chunk():
 
 
 def test_linear_cross_entropy_differentiates_once():
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = lm_head_inputs(64, 64, 8200, torch.float32)
     h.requires_grad_()
@@ -250,7 +250,7 @@ def test_linear_cross_entropy_differentiates_once():
 
 
 def test_linear_cross_entropy_rejects_bad_input():
-    from kernels.llm_head import linear_cross_entropy
+    from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = lm_head_inputs(16, 64, 8200, torch.float32)
     with pytest.raises(TypeError, match="weight must match"):
@@ -268,7 +268,7 @@ def test_linear_cross_entropy_rejects_bad_input():
 
 
 def test_linear_cross_entropy_opcheck_and_compile():
-    from kernels.llm_head import _linear_cross_entropy, linear_cross_entropy
+    from kernels.ops.llm_head import _linear_cross_entropy, linear_cross_entropy
 
     h, w, t = lm_head_inputs(200, 64, 8200, torch.float32)
     hx, wx = h.clone().requires_grad_(), w.clone().requires_grad_()

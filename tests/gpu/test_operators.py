@@ -1,4 +1,4 @@
-"""Chapter 6's operators (kernels/operators.py) against PyTorch: values and gradients in float64,
+"""Chapter 6's operators (kernels/ops/operators.py) against PyTorch: values and gradients in float64,
 torch.library.opcheck, torch.compile with no graph break, CUDA graphs, no host synchronisation,
 hostile inputs, and the cross-entropy's device-side assertion on a bad target.
 """
@@ -15,7 +15,7 @@ from gpu_support import ROOT, record
 
 pytestmark = pytest.mark.gpu
 
-from kernels.correctness import relative_error  # noqa: E402
+from kernels.measure.correctness import relative_error  # noqa: E402
 from kernels import bench  # noqa: E402
 from kernels.losses import get_loss  # noqa: E402
 
@@ -30,7 +30,7 @@ VERSION = "ch6_operators/fused_losses.cu"
 
 @pytest.fixture(scope="module")
 def ops():
-    from kernels import operators
+    from kernels.ops import operators
 
     return operators.build()
 
@@ -411,7 +411,8 @@ def test_default_path_never_waits_for_the_gpu(ops):
 
 
 def test_rerunning_a_build_cell_registers_nothing_twice():
-    from kernels import load, operators
+    from kernels import load
+    from kernels.ops import operators
 
     first = operators.build()
     again = operators.build()  # what re-running a notebook cell does
@@ -422,7 +423,7 @@ def test_rerunning_a_build_cell_registers_nothing_twice():
 BAD_TARGET_SCRIPT = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {root!r})
-    from kernels import operators
+    from kernels.ops import operators
     ops = operators.build()
     logits = torch.randn(64, 10, device="cuda")
     target = torch.randint(0, 10, (64,), device="cuda")

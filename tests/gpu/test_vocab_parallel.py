@@ -4,8 +4,8 @@ the vocab-parallel cross-entropy over NCCL on 1 GPU and, where there are two, on
 import pytest
 import torch
 
-from kernels import ranks
-from kernels.vocab_parallel import reference_grad, reference_stats, shard_grad, shard_stats
+from kernels.ops import ranks
+from kernels.ops.vocab_parallel import reference_grad, reference_stats, shard_grad, shard_stats
 
 pytestmark = pytest.mark.gpu
 

@@ -113,7 +113,7 @@ def plot_throughput(rows, loss: str, providers=None, title: str | None = None, a
                     highlight=None, x=math.prod, show_legend: bool = True):
     """GB/s against elements (log x) for each provider, with the measured read bandwidth as a line.
 
-    ``rows`` are results rows (``kernels.results.read_rows``, a chapter's ``ch.rows()``);
+    ``rows`` are results rows (``kernels.measure.results.read_rows``, a chapter's ``ch.rows()``);
     ``providers`` fixes the order and the subset of lines (default: all, in the order they first
     appear). ``highlight``, when given, names the lines that matter: the others are drawn thin
     and grey, with one legend entry, so that a panel never has more than a handful of colours.
@@ -149,7 +149,7 @@ def plot_throughput(rows, loss: str, providers=None, title: str | None = None, a
     bandwidth_line(ax, peak)
     ax.set_xscale("log", base=2)
     if x is math.prod:
-        # The sizes are powers of 4 (kernels.bench.SIZES): ticks on them, labelled as powers of 2.
+        # The sizes are powers of 4 (bench.SIZES): ticks on them, labelled as powers of 2.
         ax.xaxis.set_major_locator(LogLocator(base=4))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"$2^{{{round(math.log2(v))}}}$"))
     ax.set_xlabel("elements")

@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-KERNELS_DIR = Path(__file__).resolve().parent
+KERNELS_DIR = Path(__file__).resolve().parent.parent
 ROOT = KERNELS_DIR.parent
 
 # What each label reads (ncu --query-metrics lists them all), and the factor from ncu's base
@@ -259,8 +259,8 @@ def excerpt(instructions, start: str, count: int = 12) -> str:
 def ptx(source: str, flags=(), function: str = "") -> str:
     """The PTX of a kernel file compiled by nvcc with ``flags`` (e.g. ``("--use_fast_math",)``),
     limited to the entries whose name matches ``function``. Needs nvcc, not a GPU."""
-    from .build_cache import COMMON_DIR, source_path
-    from .toolchain import nvcc
+    from ..build.build_cache import COMMON_DIR, source_path
+    from ..build.toolchain import nvcc
 
     path = source_path(source)
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,13 +1,13 @@
-"""The book's notebooks and table of contents, in one place for the tools, the tests and the GPU run.
+"""The book's notebooks and table of contents, in one place for the tools, tests and GPU run.
 
-    python -m kernels.book        # the notebooks, one path per line (tools/gpu_run.sh reads this)
+    python -m kernels.course.book   # the notebooks, one path per line (tools/gpu_run.sh reads this)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIRS = ("chapters", "solutions")
 TOC = ROOT / "_toc.yml"
 

@@ -49,7 +49,7 @@ LIST_LAUNCHER = re.compile(
 
 def loss_list() -> list[tuple[str, str]]:
     """(op, functor) of every element-wise loss of the registry, in its order."""
-    from .losses import ELEMENT_WISE, get_loss
+    from ..losses import ELEMENT_WISE, get_loss
 
     return [(name, get_loss(name).functor) for name in ELEMENT_WISE]
 

@@ -9,13 +9,14 @@ built kernel, chosen by the binding its launchers use:
   without touching data, so that ``torch.compile`` can trace the op with fake tensors;
 - an **autograd formula** (``torch.library.register_autograd``): what ``backward()`` runs.
 
-``kernels.load`` calls :func:`register` once per build. Every build has its own namespace (its
-name holds a hash of its sources), so running a notebook cell again registers nothing twice,
-and an edited kernel file gets a namespace of its own.
+``kernels.load`` calls :func:`register` once per build: the ops package installs it as the
+build's hook (``kernels.build.loader.ON_BUILD``), so the build itself knows nothing of autograd.
+Every build has its own namespace (its name holds a hash of its sources), so running a notebook
+cell again registers nothing twice, and an edited kernel file gets a namespace of its own.
 
 :class:`LossOps` are the functions a training loop calls, with PyTorch's arguments::
 
-    ops = kernels.operators.build()        # the chapter's final kernels
+    ops = kernels.ops.operators.build()    # the chapter's final kernels
     loss = ops.mse(pred, target)           # F.mse_loss(pred, target)
     loss = ops.cross_entropy(logits, target, label_smoothing=0.1)
 """
@@ -24,12 +25,10 @@ from __future__ import annotations
 
 import torch
 
-from .losses import ELEMENT_WISE, get_loss
+from ..losses import ELEMENT_WISE, get_loss
+from .schema import (CROSS_ENTROPY_FILE, FUSED_LOSSES_FILE, REDUCTIONS, SAVE_GRAD, SAVE_LSE,
+                     SAVE_NOTHING)
 
-# The chapter's final kernel files (kernels.losses.ELEMENT_WISE names the losses, not a file).
-FUSED_LOSSES_FILE = "ch6_operators/fused_losses.cu"
-CROSS_ENTROPY_FILE = "ch5_cross_entropy/v3_fused_rows.cu"
-REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SCALE_GRAD = "_scale_grad"  # the suffix of the backward op a fused-loss kernel file defines
 
@@ -144,8 +143,6 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
 
 # --- chapter 5's cross-entropy ops ------------------------------------------------------------
 
-SAVE_NOTHING, SAVE_LSE, SAVE_GRAD = 0, 1, 2
-
 
 def _fake_cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save):
     rows, classes = logits.shape
@@ -178,7 +175,7 @@ def _register_cross_entropy(kernel) -> None:
 
 
 def _cross_entropy_autograd(ops):
-    """setup_context and backward of a chapter 5 cross-entropy op (kernels/cross_entropy.py).
+    """setup_context and backward of a chapter 5 cross-entropy op (kernels/ops/cross_entropy.py).
 
     save == SAVE_GRAD: the forward wrote the gradient for grad_output == 1, scaled here in place
     (on the GPU, nothing when grad_output is 1). save == SAVE_LSE: the backward op reads the
@@ -238,7 +235,7 @@ def _cross_entropy_autograd(ops):
 
 def _register_vocab_shard(kernel) -> None:
     """Fake kernels only: the autograd formula needs the all-reduces between the two ops, so it
-    lives in kernels/vocab_parallel.py (a torch.autograd.Function around both)."""
+    lives in kernels/ops/vocab_parallel.py (a torch.autograd.Function around both)."""
     for op in kernel.ops:
         if op.endswith("_grad"):
             fake = lambda logits, *rest: torch.empty_like(logits,  # noqa: E731
@@ -335,7 +332,7 @@ for _name in ELEMENT_WISE:
 def build(element_wise: str = FUSED_LOSSES_FILE,
           cross_entropy: str = CROSS_ENTROPY_FILE) -> LossOps:
     """Build (or fetch from the cache) the kernels and return their operators."""
-    from .loader import load
+    from ..build.loader import load
 
     return LossOps(load(element_wise), load(cross_entropy))
 

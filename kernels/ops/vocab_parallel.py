@@ -20,7 +20,8 @@ anywhere else (CPU tensors, float64) the same statistics come from PyTorch in fl
 what the CPU tests run over the ``gloo`` backend, and what the GPU tests compare the kernels with.
 
 The machines this course lends keep NVLink multicast off: :data:`MULTICAST_OFF` holds the
-variables, and :func:`keep_multicast_off` sets them (``kernels.ranks`` does so in every process).
+variables, and :func:`keep_multicast_off` sets them (``kernels.ops.ranks`` does so in every
+process).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from .cross_entropy import validate_targets
-from .operators import REDUCTIONS
+from .schema import REDUCTIONS
 
 KERNEL_FILE = "ch8_multi_gpu/vocab_shard.cu"
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -63,7 +64,7 @@ def shard_bounds(vocab_size: int, rank: int, world: int) -> tuple[int, int]:
 def _ops():
     global _KERNEL
     if _KERNEL is None:
-        from .loader import load
+        from ..build.loader import load
 
         _KERNEL = load(KERNEL_FILE)
     return _KERNEL.ops

@@ -8,7 +8,7 @@ or (classes,). It runs one kernel file's ops (by default the chapter's final ver
     loss = cross_entropy(logits, target)                       # F.cross_entropy(logits, target)
     loss = cross_entropy(logits, target, kernel="ch5_cross_entropy/v1_two_pass_row.cu")
 
-The op is a PyTorch operator (chapter 6, ``kernels/operators.py`` registers its fake kernel and
+The op is a PyTorch operator (chapter 6, ``kernels/ops/operators.py`` registers its fake kernel and
 its autograd formula), so it also runs under ``torch.compile`` and CUDA graphs. The backward
 (how it avoids a second pass over the logits):
 
@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import torch
 
-from .operators import CROSS_ENTROPY_FILE as FINAL
-from .operators import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING
+from .schema import CROSS_ENTROPY_FILE as FINAL
+from .schema import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING
 
 
 _FINAL_KERNEL = None
@@ -49,7 +49,7 @@ _FINAL_KERNEL = None
 def _kernel(kernel):
     """A built Kernel: given, loaded from a path relative to kernels/, or the final version."""
     global _FINAL_KERNEL
-    from .loader import Kernel, load
+    from ..build.loader import Kernel, load
 
     if isinstance(kernel, Kernel):
         return kernel
@@ -78,8 +78,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
                   fused_backward: bool = True):
     """``F.cross_entropy(logits, target, ...)`` computed by a chapter 5 kernel (see the module).
 
-    ``kernel``: a :class:`~kernels.loader.Kernel`, a kernel file relative to ``kernels/``, or None
-    for the final version. ``check_targets``: check the targets on the host first and raise
+    ``kernel``: a built :class:`~kernels.build.loader.Kernel`, a kernel file relative to
+    ``kernels/``, or None for the final version. ``check_targets``: check the targets on the host first and raise
     IndexError for an out-of-range one (waits for the GPU); by default nothing waits, and the
     final version stops on a bad target with a device-side assertion, as PyTorch does.
     ``fused_backward``: for "mean"/"sum", write the gradient during the forward (one read of the

@@ -1,12 +1,12 @@
 """What each process runs in chapter 8, started by ``torchrun`` (one process per GPU).
 
 A notebook is one process; a collective needs one per rank. :func:`launch` starts
-``python -m torch.distributed.run --standalone --nproc-per-node N -m kernels.ranks TASK`` with
+``python -m torch.distributed.run --standalone --nproc-per-node N -m kernels.ops.ranks TASK`` with
 NVLink multicast kept off in every process, waits, and returns what rank 0 wrote (JSON). The
 tasks:
 
-- ``check``: losses and gradients of :func:`kernels.vocab_parallel.cross_entropy`, the vocabulary
-  or the rows split over the ranks, against PyTorch's cross-entropy in float64 on the whole
+- ``check``: losses and gradients of :func:`kernels.ops.vocab_parallel.cross_entropy`, the
+  vocabulary or the rows split over the ranks, against PyTorch's cross-entropy in float64 on the whole
   problem; and whether every rank got the same bits.
 - ``global_mean``: ranks with different amounts of padding (ignored rows): the global mean from
   one all-reduce of (sum, count), the mean of the ranks' means, and the exact answer.
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from .vocab_parallel import (MULTICAST_OFF, cross_entropy, keep_multicast_off, mean_of_means,
                              shard_bounds)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
           "float64": torch.float64}
 # Largest error allowed against float64, relative to the largest reference value: the kernels
@@ -69,7 +69,7 @@ def launch(task: str, nprocs: int, *, backend: str = "nccl", timeout: int = 900,
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", "1")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={nprocs}", "-m", "kernels.ranks", task, "--out", str(out),
+                   f"--nproc-per-node={nprocs}", "-m", "kernels.ops.ranks", task, "--out", str(out),
                    "--backend", backend, "--options", json.dumps(options)]
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
@@ -247,7 +247,7 @@ def task_global_mean(ctx: Context, options: dict) -> dict:
 
 
 def _queued_ms(step, iters: int = 20, repeats: int = 5) -> float:
-    from .bench import queued_ms
+    from ..measure.bench import queued_ms
 
     return queued_ms(step, (), iters=iters, repeats=repeats)
 
@@ -276,9 +276,9 @@ def _gpu_time_by_kind(step, reps: int = 5) -> dict:
 
 
 def task_time(ctx: Context, options: dict) -> dict:
-    from .bench import read_bandwidth
+    from ..measure.bench import read_bandwidth
     from .cross_entropy import cross_entropy as course_cross_entropy
-    from .envinfo import environment
+    from ..measure.envinfo import environment
 
     dtype = DTYPES[options.get("dtype", "bfloat16")]
     sizes = options.get("sizes", [[8192, 256000], [16384, 128256]])
@@ -340,7 +340,8 @@ SCALING_TARGET = 1.8  # 2 GPUs at least 1.8x the throughput of the same kernels 
 
 
 def results_rows(*runs) -> list[dict]:
-    """The ``time`` task's measurements as rows of kernels.results (bandwidth over all GPUs)."""
+    """The ``time`` task's measurements as rows of kernels.measure.results (bandwidth over all
+    GPUs)."""
     rows = []
     for run in runs:
         for r in run["rows"]:

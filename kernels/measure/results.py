@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 # The measurements the book publishes (committed with the notebooks that made them).
-PUBLISHED_DIR = Path(__file__).resolve().parent.parent / "book" / "results"
+PUBLISHED_DIR = Path(__file__).resolve().parents[2] / "book" / "results"
 # $KERNELS_RESULTS_DIR redirects the files, so that a validation run (pytest --nbval on a GPU)
 # never overwrites the published measurements.
 RESULTS_DIR = Path(os.environ.get("KERNELS_RESULTS_DIR") or PUBLISHED_DIR)

@@ -3,7 +3,7 @@
 - ``ch.gpu``, ``ch.peak``: the GPU's name and the bandwidth the chapter's rows are compared
   with, measured once, when first asked for (creating a ``Chapter`` needs no GPU);
 - ``ch.save(measured)``, ``ch.rows()``: the chapter's rows in ``<results>/ch3.csv``
-  (:mod:`kernels.results`, which ``$KERNELS_RESULTS_DIR`` redirects);
+  (:mod:`kernels.measure.results`, which ``$KERNELS_RESULTS_DIR`` redirects);
 - ``ch.published_rows()``: the rows the book publishes, ``book/results/ch3.csv``, whatever
   ``$KERNELS_RESULTS_DIR`` says: a solutions notebook reads them, so it runs on its own;
 - ``ch.exercise(source, check)``: build an exercise, check it, print one verdict;
@@ -15,18 +15,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import bench, results
+from ..measure import bench, results
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Chapter:
     """One chapter's id, GPU and peak bandwidth, and what a notebook does with them.
 
     ``bandwidth`` names the peak that the chapter's rows store (``peak_gbps``) and its plots
-    draw: ``"read"`` (:func:`kernels.bench.read_bandwidth`), the bound of a loss, which only has
-    to read; or ``"copy"`` (:func:`kernels.bench.copy_bandwidth`, bytes read plus bytes written)
-    for a chapter whose kernels write as many bytes as they read.
+    draw: ``"read"`` (:func:`kernels.measure.bench.read_bandwidth`), the bound of a loss, which
+    only has to read; or ``"copy"`` (:func:`kernels.measure.bench.copy_bandwidth`, bytes read
+    plus bytes written) for a chapter whose kernels write as many bytes as they read.
     """
 
     BANDWIDTHS = ("read", "copy")
@@ -62,9 +62,9 @@ class Chapter:
 
     def save(self, measured, name: str | None = None) -> Path:
         """Write measurements to ``<results>/<name>.csv`` (``name``: the chapter's id by
-        default), replacing the file. ``measured`` holds :class:`kernels.bench.Measurement`
+        default), replacing the file. ``measured`` holds :class:`kernels.measure.bench.Measurement`
         objects, made into rows with this chapter's id, GPU and peak; or rows already made
-        (dicts with the columns of :data:`kernels.results.COLUMNS`), written as they are."""
+        (dicts with the columns of :data:`kernels.measure.results.COLUMNS`), written as they are."""
         measured = list(measured)
         if all(isinstance(m, dict) for m in measured):
             rows = measured
@@ -91,7 +91,8 @@ class Chapter:
         printed as a FAIL verdict that says what to look at, never as a traceback: the cell is
         meant to be rerun until it says PASS. Returns whether it passed.
         """
-        from . import CheckFailed, KernelBuildError, load
+        from ..build.loader import KernelBuildError, load
+        from ..measure.correctness import CheckFailed
 
         shown = _shown(source)
         try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .build_cache import KERNELS_DIR, source_path
+from ..build.build_cache import KERNELS_DIR, source_path
 
 # The first cell of every notebook (tests/test_notebooks.py checks it is exactly this, with the
 # repository URL of _config.yml). It makes `kernels` importable inside the repository and on

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .codegen import BINDINGS, find_launchers, op_variant, splice_kernel_files, with_loss_list
 
-KERNELS_DIR = Path(__file__).resolve().parent
+KERNELS_DIR = Path(__file__).resolve().parent.parent
 COMMON_DIR = KERNELS_DIR / "common"
 BINDINGS_DIR = KERNELS_DIR / "bindings"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)

@@ -7,6 +7,10 @@ a :class:`Kernel` whose attributes are those ops. The steps are the other module
 sources and the build's cached name (build_cache), the registration C++ (codegen), the toolkit
 and the architectures (toolchain), the notebooks' record of what was built (provenance).
 
+The build knows nothing of autograd: what a new build needs beyond its ops (fake kernels and
+autograd formulas, chapter 6) is added by the hooks of :data:`ON_BUILD`, which the ops layer
+installs when it is imported (``kernels/ops/__init__.py``; ``import kernels`` imports it).
+
 Why it is fast: the ``.cu`` files include only CUDA headers and the binding includes only the
 few ATen headers it uses (no ``torch/extension.h``, no pybind11), and ops are registered with
 ``TORCH_LIBRARY``: a cold build takes seconds, not a minute; an unchanged one is not rebuilt.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from . import provenance, toolchain
 from .build_cache import COMMON_DIR, KERNELS_DIR, Sources, build_lock, build_root, source_path
@@ -48,6 +53,10 @@ class Kernel:
         how = "cached" if self.cached else f"built in {self.build_seconds:.1f} s"
         return f"<Kernel {self.source}: {', '.join(sorted(self.ops))} ({how})>"
 
+
+# Called as hook(kernel, struct) once per build, before load() returns it: the ops layer appends
+# the registration of each op's fake kernel and autograd formula (kernels/ops/__init__.py).
+ON_BUILD: list[Callable[[Kernel, str], None]] = []
 
 _LOADED: dict[str, Kernel] = {}
 # (file, archs, loss list) -> (kernel, the mtime of every file it was built from): a repeated
@@ -127,9 +136,8 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     namespace = getattr(torch.ops, name)
     kernel.ops = {op: getattr(namespace, op) for op, _ in sources.launchers}
     # Fake kernels and autograd formulas (chapter 6): once per library, as its namespace is new.
-    from .operators import register
-
-    register(kernel, struct)
+    for hook in ON_BUILD:
+        hook(kernel, struct)
     _LOADED[name] = kernel
     _FRESH[key] = (kernel, _mtimes(sources.files()))
     return kernel

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .operators import REDUCTIONS, SAVE_NOTHING
+from .schema import REDUCTIONS, SAVE_NOTHING
 
 LLM_CE_FILE = "ch7_llm_cross_entropy/v4_cluster_rows.cu"
 CHUNK_BYTES = 251 * 2**20  # the scratch logits of one chunk: the memory this op adds
@@ -44,7 +44,7 @@ _KERNEL = None
 def _ops():
     global _KERNEL
     if _KERNEL is None:
-        from .loader import load
+        from ..build.loader import load
 
         _KERNEL = load(LLM_CE_FILE)
     return _KERNEL.ops
@@ -186,7 +186,7 @@ def measure_step(loss_fn, h, w, t, reps: int = 8):
     before it and minus the two gradients, after a first step (builds, autotuning, cuBLAS
     workspaces) and with the gradients of that step freed.
     """
-    from .bench import time_ms
+    from ..measure.bench import time_ms
 
     def step(h, w, t):
         h.grad = w.grad = None

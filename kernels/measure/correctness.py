@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .losses import get_loss
+from ..losses import get_loss
 
 SEED = 2026
 

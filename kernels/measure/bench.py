@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from .losses import get_loss
+from ..losses import get_loss
 
 # A validation run (pytest --nbval, whose checks ignore timings) may ask for fewer repetitions
 # and smaller sizes; published measurements use the defaults.

@@ -1,0 +1,15 @@
+"""Measuring: timing, correctness against PyTorch, the results' CSV files, plots and profiles.
+
+- ``bench.py``: CUDA-event timing, effective bandwidth, the GPU's read and copy bandwidth, size
+  sweeps, the exercises' PASS/MISS performance targets
+- ``correctness.py``: ``check``, an op against PyTorch in float64 over awkward cases;
+  ``CheckFailed``, ``relative_error``
+- ``results.py``: benchmark rows as CSV under ``book/results/``
+- ``plot.py``: the course's figure style (``subplots``, ``legend``) and ``plot_throughput``
+- ``profile.py``: ncu counters, SASS and PTX of a built kernel (book/profiling.md)
+- ``envinfo.py``: the GPU, driver, torch, CUDA and nvcc versions a measurement was taken with
+
+Layer ``measure`` of ``kernels.LAYERS``: it imports ``kernels.losses`` (inputs, byte counts)
+and ``kernels.build`` (``profile`` reads a build's sources and runs nvcc), never the operators
+or the course: it times and checks any callable.
+"""
