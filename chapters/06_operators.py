@@ -203,7 +203,7 @@ print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "Fuse
 # `kernels.load` builds it. The fake kernel of a loss op computes shapes only:
 
 # %%
-show_source("operators.py", "def _fake_fused_loss", "def _register_fused_losses")
+show_source("ops/operators.py", "def _fake_fused_loss", "def _register_fused_losses")
 
 # %% [markdown]
 # The autograd formula has two halves. `setup_context` runs after the forward and keeps what
@@ -211,7 +211,7 @@ show_source("operators.py", "def _fake_fused_loss", "def _register_fused_losses"
 # a gradient too). `backward` multiplies that gradient by `grad_output`, in place:
 
 # %%
-show_source("operators.py", "    def setup_context(ctx, inputs, output):", "    return setup_context, backward")
+show_source("ops/operators.py", "    def setup_context(ctx, inputs, output):", "    return setup_context, backward")
 
 # %% [markdown]
 # Three details decide whether this works everywhere:

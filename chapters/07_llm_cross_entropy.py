@@ -390,7 +390,7 @@ if counters:
 # 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's).
 
 # %%
-show_source("llm_head.py", "def _linear_cross_entropy(", "    return (total * scale)")
+show_source("ops/llm_head.py", "def _linear_cross_entropy(", "    return (total * scale)")
 
 # %% [markdown]
 # Correct first: loss and both gradients against float64, with three chunks (the last one

@@ -62,14 +62,14 @@ from kernels.vocab_parallel import cross_entropy, shard_bounds
 # wrote:
 
 # %%
-show_source("ranks.py", "def launch(", "        return json.loads")
+show_source("ops/ranks.py", "def launch(", "        return json.loads")
 
 # %% [markdown]
 # Each rank joins the process group, binds its GPU, and from then on every collective of the
 # task involves all ranks:
 
 # %%
-show_source("ranks.py", "class Context:", "    def say(")
+show_source("ops/ranks.py", "class Context:", "    def say(")
 
 # %% [markdown]
 # On the machines this course's outputs come from, NVLink *multicast* (NVLS, which lets NCCL
@@ -108,7 +108,7 @@ print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=Tru
 # message size and the topology, so the same bits from one run to the next is not promised.
 
 # %%
-show_source("vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
+show_source("ops/vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
 
 # %% [markdown]
 # Each rank's sum comes from the kernel of this chapter (below) in one pass over its logits;
@@ -179,7 +179,7 @@ show_source("ch8_multi_gpu/vocab_shard.cu")
 # Between them, the communication, in PyTorch:
 
 # %%
-show_source("vocab_parallel.py", "def row_log_sum_exp", "    return lse, sums[1]")
+show_source("ops/vocab_parallel.py", "def row_log_sum_exp", "    return lse, sums[1]")
 
 # %% [markdown]
 # and the autograd function that strings the steps together: the forward saves the logits and
@@ -187,7 +187,7 @@ show_source("vocab_parallel.py", "def row_log_sum_exp", "    return lse, sums[1]
 # (zero on ignored rows) and runs `shard_grad`.
 
 # %%
-show_source("vocab_parallel.py", "class _ShardedCrossEntropy", "        return grad, None, None")
+show_source("ops/vocab_parallel.py", "class _ShardedCrossEntropy", "        return grad, None, None")
 
 # %% [markdown]
 # ## Correct on every rank
