@@ -31,8 +31,9 @@ if ROOT not in sys.path:
 # programs that look fast without doing the work; KernelBench's authors say so themselves
 # ("if the model can reward hack, it will find ways to reward hack", in its `EVAL.md`) and test
 # their evaluation against a few such cheats. We reproduce the rules in
-# `kernels/kernelbench.py`, add a check for each cheat we know of, run the course's entries,
-# and end with an exercise: your own `ModelNew`.
+# `kernels/kernelbench/`, add a check for each cheat we know of and the checks that the public
+# leaderboards learned to add (GPU MODE's, and the static checker KernelBench grew), run the
+# course's entries, and end with two exercises: your own `ModelNew`, and a cheat of your own.
 
 # %%
 import torch
@@ -54,7 +55,7 @@ from kernels.notebook import show_source
 Markdown(kernelbench.problems_table())
 
 # %% [markdown]
-# The problems are data, so `kernels/kernelbench.py` reproduces them as data: the reference
+# The problems are data, so `kernels/kernelbench/problems.py` reproduces them as data: the reference
 # expression, the sizes, and the draws of `get_inputs()` in the order the files make them, from
 # a generator of our own. `tests/test_kernelbench_cpu.py` checks that after the same seed our
 # draws are KernelBench's, value for value.
@@ -63,7 +64,8 @@ Markdown(kernelbench.problems_table())
 #
 # **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: 2^30 values,
 # 4 GiB per tensor. The eager reference of problem 94 writes two more such tensors for its
-# intermediates: a full run of this chapter needs about 40 GB of GPU memory.
+# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times
+# its inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
 #
 # **Hinge's labels belong to columns.** Problem 100's targets have shape (32768,) and its
 # predictions (32768, 32768). PyTorch broadcasts from the right, so element $[i, j]$ is paired
@@ -111,7 +113,7 @@ print(f"95: every logit in [0, 1): {bool(logits.min() >= 0 and logits.max() < 1)
 # Every trial must pass.
 
 # %%
-show_source("kernelbench.py", "def trial_seeds", "    return [int(")
+show_source("kernelbench/problems.py", "def trial_seeds", "    return [int(")
 
 # %%
 print(kernelbench.trial_seeds())
@@ -123,11 +125,14 @@ print(kernelbench.trial_seeds())
 # from L2 (which at 4 GiB they do not fit anyway); after it, the device is synchronised again.
 # KernelBench reports the mean, and the speed-up is the reference's mean over `ModelNew`'s,
 # against eager `Model` and against `torch.compile(Model)`. A speed-up over eager above 10x is
-# flagged for a human to look at, not failed. Our timer does the same and also reads the host's
-# clock around each call, for a check below:
+# flagged for a human to look at, not failed. Our timer does the same, and three things more:
+# it reads the host's clock around each call, for a check below; before each call, outside the
+# timed window, it writes new values into the inputs (`refill`), so that no call sees inputs an
+# earlier call saw; and after it, also outside the window, it compares the output with the
+# reference's for those inputs (`verify`):
 
 # %%
-show_source("kernelbench.py", "def time_trials", "    return Timing(events, walls)")
+show_source("kernelbench/timing.py", "def time_trials", "    return Timing(events, walls, failure)")
 
 # %% [markdown]
 # Two places where we depart from KernelBench, both deliberate:
@@ -156,6 +161,10 @@ show_source("kernelbench.py", "def time_trials", "    return Timing(events, wall
 # | cache the result by the inputs' addresses or shape | fail, if addresses change | `check_recomputes`: new values in the same tensors must give the new loss |
 # | run on a stream of its own (`non_default_stream_kernel`) | **pass**, very fast | `check_timed_stream`, below |
 # | half the squared error for Huber, no clamp, no max | **pass** | one more trial with inputs outside KernelBench's distribution |
+# | the mean of a subsample: every other row, or a random half | **pass** at KernelBench's size | coverage trials, below |
+# | read the inputs as bfloat16 | **pass** | a trial with a random offset and scale, against float64 |
+# | compute while checked, then replay the last answer in the timed calls | **pass** | new inputs before every timed call, each output checked |
+# | call PyTorch's own loss | **pass** | the static checks |
 #
 # The last check is the subtle one. CUDA events are recorded on the *current* stream, and they
 # time the work queued on it between them. Work launched on another stream, which the current
@@ -163,12 +172,13 @@ show_source("kernelbench.py", "def time_trials", "    return Timing(events, wall
 # Each timed call therefore also reads the host's clock, from before the L2 flush to after a
 # device-wide `torch.cuda.synchronize()`, which waits for every stream. For an honest program
 # the wall time exceeds the event time by a constant, the flush and the launch and wake-up
-# latencies (about 0.1 ms on an H100), the same for `ModelNew` and for the eager reference. A
+# latencies (the stream cheat's cell below prints it for eager PyTorch), the same for
+# `ModelNew` and for the eager reference. A
 # `ModelNew` whose excess is larger, by over 50 µs and over half the time its events saw, kept
 # the GPU busy after its end event:
 
 # %%
-show_source("kernelbench.py", "def check_timed_stream", "    return None")
+show_source("kernelbench/checks.py", "def check_timed_stream", "    return None")
 
 # %% [markdown]
 (`torch.profiler` could list the streams every kernel ran on, but a second stream is not a
@@ -196,9 +206,9 @@ for pid, problem in SMALL.items():
               f"  ours: {'PASS' if r.passed else 'FAIL'} ({failed})")
 
 # %% [markdown]
-# Each cheat fails, and the four that KernelBench's rules would accept fail only the check
-# written for them. A learner's mistake gets the same treatment: the verdict line says what
-# went wrong in words.
+# Each cheat fails, and the ones that KernelBench's rules accept fail the check written for
+# them (some, at this small size, others too). A learner's mistake gets the same treatment: the
+# verdict line says what went wrong in words.
 
 # %%
 print(kernelbench.evaluate(SMALL[100], kernelbench.cheats(100)["no clamp"].model,
@@ -219,6 +229,105 @@ print(f"KernelBench's timing would report {side.speedup('eager'):.1f}x eager")
 print(side.verdict)
 
 # %% [markdown]
+# ## What the leaderboards learned
+#
+# KernelBench's trials draw every input from one i.i.d. distribution, and that is a weakness of
+# its own: on 2^30 such values the mean of every other row and every fourth column is within
+# `1e-4` of the mean of all of them. A `ModelNew` that reads an eighth of the bytes passes
+# KernelBench's trials, and ours as they stood, for problems 94, 96 and 100. The public
+# leaderboards met the same tricks and more (GPU MODE's, whose known cheat sums part of the input
+# and rescales; result replay; library fallbacks), and their answers are the validator's four
+# last checks.
+#
+# **Coverage trials.** Inputs on which every element matters: from a seed drawn afresh for each
+# evaluation, $K$ secret positions (256 in float32) carry the loss, each about $1/K$ of it. In
+# the first trial every other term is exactly 0 (predictions equal to the targets bit for bit,
+# hinge margins all met, cross-entropy targets far ahead of the rest of their row); in the
+# second the positions hide among KernelBench's own draws, so that sampling a few values cannot
+# tell the trial from an ordinary one. A program that skips a fraction $f$ of the input, regularly
+# or at random, misses each position with probability $f$ and passes a trial with probability
+# $(1 - f)^K$: for every other row, $2^{-256}$. The comparison is relative, against the loss in
+# float64: missing one position moves the result by about $1/K$, 39 times the tolerance, while an
+# honest float32 kernel, adding $K$ large terms and exact zeros (or KernelBench's terms) in any
+# order, is off by a few units in the last place, far inside it. The inputs, for problem 100:
+
+# %%
+show_source("kernelbench/problems.py", "def _hinge_coverage", "    return [pred, labels]")
+
+# %% [markdown]
+# The subsample at KernelBench's size, on the GPU (inputs drawn there, no timing): KernelBench's
+# rules accept it, the coverage trials do not.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+for pid in (94, 96, 100):
+    sub = kernelbench.evaluate(pid, kernelbench.cheats(pid)["every other row (and fourth column)"].model,
+                               entry="subsample", exact_inputs=False, measure=False)
+    print(f"{pid:>3}  KernelBench: {'PASS' if sub.kernelbench_passed else 'FAIL'}   ours: "
+          f"{'PASS' if sub.passed else 'FAIL'} ({', '.join(c.split(' (')[0] for c, _ in sub.failures)})")
+print(sub.verdict)
+
+# %% [markdown]
+# **A random offset and scale.** One more trial, inputs $a + s \cdot$ `randn` with a random
+# offset $a$ and scale $s$, compared with the loss in float64 at KernelBench's tolerance: where
+# $p - t$ is small next to $p$, a program that reads the inputs at lower precision (the bfloat16
+# cheat above) or expands $(p - t)^2$ into sums of $p^2$, $pt$ and $t^2$ loses the answer.
+#
+# **New inputs for every timed call.** KernelBench times 100 calls on the same inputs, so a
+# `ModelNew` may compute while it is being checked and replay its last answer from then on:
+# the checks call it a fixed number of times before the timing, and a program can count. The
+# timer now writes new values into the inputs before every call and checks every output, outside
+# the timed window: the replayed answer is wrong for the new inputs. At a sixteenth of
+# KernelBench's size:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+replay = kernelbench.evaluate(sixteenth, kernelbench.cheats(94)["replays when timed"].model,
+                              entry="replays when timed", exact_inputs=False)
+print(replay.verdict)
+
+# %% [markdown]
+# **Static checks.** Before anything runs, the `ModelNew`'s Python source is read for what an
+# honest kernel has no use for (`kernels/kernelbench/static.py`, after KernelBench's
+# `kernel_static_checker.py`): PyTorch's own losses and reductions applied to the inputs,
+# rounding them to half precision, catching exceptions to fall back, threads, assignments to a
+# module's attributes (a patched timer), imports that reach into the validator; a CUDA stream is
+# a warning, since the stream check decides. Allocating, viewing and calling one's own extension
+# are never flagged. Each finding names its line:
+
+# %%
+suspicious = '''import time
+import torch
+import torch.nn.functional as F
+
+class ModelNew(torch.nn.Module):
+    def forward(self, predictions, targets):
+        try:
+            out = my_kernel.mse(predictions.bfloat16(), targets.bfloat16())
+        except RuntimeError:
+            out = F.mse_loss(predictions, targets)
+        time.perf_counter = lambda: 0.0
+        return out
+'''
+for finding in kernelbench.check_source(suspicious):
+    print(f"{finding.severity}: {finding}")
+
+# %% [markdown]
+# They read Python only: a kernel's CUDA source is beyond them, which is why the dynamic checks,
+# not these, decide.
+#
+# **Isolation.** A `ModelNew` that crashes its process, hangs, or triggers a device-side assert
+# (after which every CUDA call of the process fails) must give a FAIL with a reason, not a dead
+# notebook. `kernelbench.evaluate_isolated` runs the same evaluation in a child process with a
+# time limit; the child reads its job, with a nonce, before it loads the program, and the parent
+# reads only the line that starts with the nonce, so nothing the program prints passes for a
+# verdict. Two programs that would take this notebook down with them, at the small size on the
+# CPU:
+
+# %% tags=["nbval-ignore-output"]
+for spec, limit in (("kernels.kernelbench.cheats:Crash", 300), ("kernels.kernelbench.cheats:Hang", 20)):
+    print(kernelbench.evaluate_isolated(SMALL[94], spec, entry=spec.split(":")[1], device="cpu",
+                                        measure=False, time_limit=limit).verdict)
+
+# %% [markdown]
 # ## The course's entries
 #
 # Each entry is a few lines around a chapter's final kernel: chapter 6's fused operators for
@@ -229,7 +338,7 @@ print(side.verdict)
 # (one more pass, never a wrong answer):
 
 # %%
-show_source("kernelbench.py", "class CourseMSE", "COURSE_ENTRIES = ")
+show_source("kernelbench/entries.py", "class CourseMSE", "COURSE_ENTRIES = ")
 
 # %% [markdown]
 # **What to expect.** Every one of these problems is memory-bound: the time is the bytes moved
@@ -248,24 +357,21 @@ show_source("kernelbench.py", "class CourseMSE", "COURSE_ENTRIES = ")
 # the compiler is the best a memory-bound kernel can do once the compiler reads its inputs once.
 #
 # The run: KernelBench's exact inputs, drawn on the CPU (about 6 s per 2^30 values), 5 trials,
-# 100 timed calls of each program, our checks. Below 60 GB of GPU memory (a Colab T4, say) it
-# runs each problem at half its size in each dimension instead, and says so.
+# every check, 100 timed calls of each program, each entry in a process of its own. Where the
+# GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the
+# problem runs at half its size in each dimension, or less, and the output says so.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import bench
 
 GPU = torch.cuda.get_device_name()
 PEAK = bench.read_bandwidth()
-full_size = torch.cuda.get_device_properties(0).total_memory > 60e9
 course = []
 for pid, entry in kernelbench.COURSE_ENTRIES.items():
-    problem = kernelbench.PROBLEMS[pid]
-    if not full_size:
-        problem = problem.resized(**{k: v // 2 for k, v in problem.sizes.items()})
-        print(f"(problem {pid} at {problem.sizes}: this GPU has less than 60 GB)")
-    result = kernelbench.evaluate(problem, entry, entry="course")
+    problem, size = kernelbench.sized_for(pid, torch.cuda.mem_get_info()[0])
+    result = kernelbench.evaluate_isolated(problem, entry, entry="course")
     course.append(result)
-    print(result.verdict)
+    print(f"({size})\n{result.verdict}")
 results.save_table(kernelbench.rows(course), "kernelbench")
 print(f"{GPU}: read bandwidth {PEAK:.0f} GB/s")
 
@@ -278,26 +384,66 @@ rows = results.read_table("kernelbench")
 Markdown(f"On {rows[0]['gpu']}:\n\n" + kernelbench.table(rows))
 
 # %% [markdown]
+# KernelBench's number is the mean of calls that each start on an idle GPU: the device is
+# synchronised before every call, so whatever the host does to launch a program, Python and
+# PyTorch's dispatch, and for `torch.compile` its guards and wrapper, is inside the timed window
+# whenever it outlasts the L2 flush queued ahead of it. The same programs timed with the host
+# queued ahead (`bench.queued_ms`: a sleep kernel holds the GPU while the host launches twenty
+# calls) measure the GPU's work alone. Both, from the same run:
+
+# %% tags=["nbval-ignore-output"]
+lines = ["| problem | program | KernelBench's rule, ms | GPU only, ms |", "| --- | --- | ---: | ---: |"]
+for r in rows:
+    for program, timed, queued in (("ModelNew", "ms", "gpu_only_ms"), ("eager", "eager_ms", "eager_gpu_only_ms"),
+                                   ("torch.compile", "compile_ms", "compile_gpu_only_ms")):
+        lines.append(f"| {r['problem']} | {program} | {float(r[timed]):.3f} | {float(r[queued]):.3f} |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
 # Measured against the byte counts above:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 EXPECTED = {94: 3.0, 95: 2.0, 96: 2.0, 100: 7.0}
+
+
+def standing(ratio):  # the course's kernel against the compiler, from a ratio of their times
+    return "ahead" if ratio > 1.03 else "behind" if ratio < 0.97 else "level"
+
+
 for r in course:
-    print(f"{r.problem:>3} {r.name.split('_', 1)[1]:<17} vs eager {r.speedup('eager'):5.2f}x (bytes say {EXPECTED[r.problem]:.0f}x), "
-          f"vs torch.compile {r.speedup('torch.compile'):.2f}x, {100 * r.gbps / PEAK:.0f}% of the read bandwidth"
+    rule = r.speedup("torch.compile")
+    alone = r.gpu_only_ms("torch.compile") / r.gpu_only_ms()
+    print(f"{r.problem:>3} {r.name.split('_', 1)[1]:<17} vs eager {r.speedup('eager'):5.2f}x (bytes say "
+          f"{EXPECTED[r.problem]:.0f}x), {100 * r.gbps / PEAK:.0f}% of the read bandwidth"
           + (f"; note: {r.notes[0]}" if r.notes else ""))
+    print(f"{'':22}vs torch.compile {rule:.2f}x under KernelBench's rule ({standing(rule)}), "
+          f"{alone:.2f}x on the GPU alone ({standing(alone)})")
 
 # %% [markdown]
-# The element-wise losses land where the bytes say, about 3x, 2x and 7x eager, and within about
-# 5% of `torch.compile`, faster or slower: a margin that moves between runs (from 0.95x to 1.05x
-# over the sessions in `bench/PERFLOG.md`), so neither side wins: the kernels, the compiler
-# and the memory agree. Cross-entropy gains more than its bytes predict, against both: eager's
-# `log_softmax` moves its gigabyte well below the bandwidth, and `torch.compile`'s fused kernel
-# for rows of 4096 logits takes longer than ours, which keeps a row in registers and reads it
-# once. How much longer changes from run to run (1.5x to 2.4x ours in `bench/PERFLOG.md`):
-# the compiled program's time moves, ours stays at about 0.19 ms. Hinge's speed-up is close to the 10x at
-# which KernelBench asks a human to look: an honest speed-up over eager can be large when eager
-# is wasteful, which is why KernelBench also reports the speed-up over `torch.compile`.
+# Against eager, each loss lands near what its bytes say, cross-entropy included: eager's
+# `log_softmax` writes and reads its gigabyte, ours reads the logits once. Hinge's speed-up is
+# close to the 10x at which KernelBench asks a human to look: an honest speed-up over eager can
+# be large when eager is wasteful, which is why KernelBench also reports the speed-up over
+# `torch.compile`.
+#
+# Against `torch.compile` the two timings can tell different stories, and the second line of each
+# problem says which (level means within 3%). Cross-entropy is ahead in both:
+# `torch.compile`'s kernel for rows of 4096 logits takes longer than ours, which keeps a row in
+# registers and reads it once. Under KernelBench's rule every call starts on an idle GPU, so
+# the host's work to launch a program counts wherever it outlasts the L2 flush queued ahead of
+# it; the course's operators pass through PyTorch's dispatcher and their autograd registration
+# in Python before their kernel launches, the compiled programs through their guards. That is
+# why the rule's column is the longer one for most programs of the table above.
+#
+# For the element-wise losses this run does not decide between the course's kernels and the
+# compiler's. Their percentages of the read bandwidth are below what the cell measured just
+# before them, for kernels that chapters 4 and 6 measure near it; and for Huber and Hinge the
+# two timings of one program disagree by more than the margins between the programs (for
+# Huber the GPU-alone time is even the longer one, which no host overhead explains). The GPU's
+# speed moved during this run by more than the differences it was asked to measure;
+# `bench/PERFLOG.md` keeps this run beside the earlier ones. Where the margin is a few percent,
+# either way, the honest reading is a tie between two kernels that each read their inputs once,
+# and a rerun, not a winner.
 #
 # KernelBench's headline metric is $\text{fast}_p$: the fraction of problems whose `ModelNew`
 # is correct and more than $p$ times faster than the baseline. For these four entries:
@@ -312,13 +458,15 @@ for baseline in ("eager", "torch.compile"):
 #
 # - KernelBench's rules are five correctness trials at `atol = rtol = 1e-4` and a mean of 100
 #   CUDA-event timings per program, cold L2, against eager and compiled PyTorch.
-# - They cannot see work on another stream, changed inputs after a right answer, or a kernel
-#   that is only right on `torch.rand`'s inputs. The checks of `kernels/kernelbench.py` do:
-#   wall clock against events, copies of the inputs, a trial outside the distribution, new
-#   values in the same tensors, outputs that must move when the reference does.
-# - The course's kernels pass all four problems and every check, at about 90-100% of the read
-#   bandwidth, level with `torch.compile` (within about 5%, either way) for the element-wise
-#   losses and 1.5x to 2.4x faster for cross-entropy.
+# - They cannot see work on another stream, changed inputs after a right answer, a kernel that
+#   is only right on `torch.rand`'s inputs, a subsample, a downcast, or a replayed result. The
+#   checks of `kernels/kernelbench/` do: wall clock against events, copies of the inputs, a
+#   trial outside the distribution, new values in the same tensors, outputs that must move when
+#   the reference does, coverage trials whose loss sits at secret positions, a random offset and
+#   scale against float64, new inputs before every timed call, and the source read for library
+#   calls; the program runs in a process of its own.
+# - The course's kernels pass all four problems and every check; the tables above give their
+#   times against eager and compiled PyTorch, under KernelBench's rule and on the GPU alone.
 #
 # ## Exercises
 #
@@ -328,12 +476,13 @@ for baseline in ("eager", "torch.compile"):
 # ```{exercise}
 # :label: ch9-model-new
 #
-# Write your own `ModelNew` for problem 100 (or any of the four) and validate it. The cell
-# below holds a `ModelNew` that is the reference's expression: it passes, at about 1x eager.
-# Replace its `forward` with a kernel of yours, in KernelBench's style (a CUDA kernel compiled
-# with `torch.utils.cpp_extension.load_inline` in the same cell), until it is correct, passes
-# every check and runs level with `torch.compile`, which for this memory-bound loss is the
-# bound. Mind problem 100's broadcast: `targets[j]` pairs with column `j`.
+# Write your own `ModelNew` for problem 100 in `kernels/exercises/ch9_model_new.py`, a file in
+# KernelBench's form, and validate it with the cell below, which runs it in a process of its own.
+# As given, the file computes the reference's expression with PyTorch: the static checks reject
+# it. Replace its `forward` with a kernel of yours (a CUDA kernel compiled with
+# `torch.utils.cpp_extension.load_inline` in the same file) until it passes every check and runs
+# level with `torch.compile`, which for this memory-bound loss is the bound. Mind problem 100's
+# broadcast: `targets[j]` pairs with column `j`.
 # ```
 #
 # ```{admonition} Hint
@@ -347,27 +496,23 @@ for baseline in ("eager", "torch.compile"):
 # ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
-class ModelNew(torch.nn.Module):
-    # TODO(exercise 9.1): replace this expression with your kernel; keep the signature.
-    def forward(self, predictions, targets):
-        return torch.mean(torch.clamp(1 - predictions * targets, min=0))
-
-
-mine = kernelbench.evaluate(100, ModelNew, entry="mine")
-print(mine.verdict)
+problem, size = kernelbench.sized_for(100, torch.cuda.mem_get_info()[0])
+mine = kernelbench.evaluate_isolated(problem, "kernels/exercises/ch9_model_new.py", entry="mine")
+print(f"({size})\n{mine.verdict}")
 
 # %% [markdown]
 # ```{exercise}
 # :label: ch9-beat-the-checks
 #
-# The checks of this chapter are not complete. Write a `ModelNew` for problem 94 that passes
-# every one of them (`kernelbench.evaluate(...).passed` is True) yet reports a speed-up it has
-# not earned. Then propose the check that would catch it, and say what it would cost.
+# The checks of this chapter are still not complete. Write a `ModelNew` for problem 94 that
+# passes every one of them (`kernelbench.evaluate(...).passed` is True) at KernelBench's size,
+# yet reports a speed-up it has not earned: one that reads fewer bytes than the loss needs.
+# Then propose the check that would catch it, and say what it would cost.
 # ```
 #
 # ```{admonition} Hint
 # :class: dropdown
 #
-# The timed calls all get the same inputs, as in KernelBench. What could a `ModelNew` remember
-# between two calls, that the correctness trials and `check_recomputes` never reward?
+# Every check above runs in a fixed order, and the timed calls come last. On which inputs does
+# a subsample still pass, and how would a `ModelNew` know that it is being timed?
 # ```

@@ -1,4 +1,4 @@
-"""kernels/kernelbench.py without a GPU: the four problems against KernelBench's definitions, the
+"""kernels/kernelbench/ without a GPU: the four problems against KernelBench's definitions, the
 validator's rules, and every anti-cheat check catching its cheat (CPU tensors, small sizes).
 
 The GPU half (the course's entries pass, the same cheats fail, work on a side stream is caught)
@@ -115,7 +115,9 @@ def test_what_kernelbench_inputs_never_exercise_and_the_off_distribution_trial_d
 
 def test_integer_inputs_stay_integers_on_the_device():
     """KernelBench casts every input to the precision (issue #151); class indices must stay."""
-    logits, target = kb._on_device(small(95).get_inputs(3), torch.device("cpu"), torch.float16)
+    from kernels.kernelbench.evaluate import _on_device
+
+    logits, target = _on_device(small(95).get_inputs(3), torch.device("cpu"), torch.float16)
     assert logits.dtype == torch.float16 and target.dtype == torch.int64
 
 
@@ -159,18 +161,25 @@ def test_problems_table_lists_the_four():
 
 @pytest.mark.parametrize("problem_id", sorted(kb.PROBLEMS))
 def test_the_reference_itself_passes(problem_id):
-    result = run(problem_id, kb.PROBLEMS[problem_id].model, entry="reference")
+    """Every dynamic check, coverage and offset trials included, passes PyTorch's own expression
+    (no false alarm); the static checks flag it, with the line, as the library's work."""
+    result = run(problem_id, kb.PROBLEMS[problem_id].model, entry="reference", static_checks=False)
     assert result.passed and result.kernelbench_passed, result.verdict
     assert result.trials_passed == result.trials == 5
     assert result.verdict.startswith("PASS") and result.reason == ""
     assert result.max_abs_diff == 0
+    flagged = run(problem_id, kb.PROBLEMS[problem_id].model, entry="reference")
+    assert failed_checks(flagged) == ["static"], flagged.verdict
+    assert "line " in flagged.reason and "PyTorch's" in flagged.reason
 
 
 def test_an_instance_and_a_source_text_are_accepted():
-    assert run(94, kb.Model94()).passed
+    assert run(94, kb.Model94(), static_checks=False).passed
     source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n" \
              "        return ((p - t) ** 2).mean()\n"
-    assert run(94, source).passed
+    assert run(94, source, static_checks=False).passed
+    flagged = run(94, source)
+    assert failed_checks(flagged) == ["static"] and flagged.reason.startswith("static: line 4: ")
 
 
 # --- bad learner input: clear errors and verdicts ------------------------------------------------
@@ -262,7 +271,9 @@ def test_the_cheats_cover_what_kernelbench_and_its_issues_describe():
     names = set(kb.cheats(95))
     assert {"zero output", "a constant", "zeroes its inputs", "answers, then changes an input",
             "uninitialised output", "result cached by address", "work on a side stream",
-            "no max subtracted"} == names
+            "no max subtracted", "every other row (and fourth column)", "a random half of the rows",
+            "replays when timed"} == names
+    assert {"PyTorch's own loss", "reads bfloat16"} <= set(kb.cheats(94))
     assert "only Huber's quadratic part" in kb.cheats(96) and "no clamp" in kb.cheats(100)
     assert not any(c.check == "beyond KernelBench's inputs" for c in kb.cheats(94).values())
 
@@ -298,11 +309,15 @@ def test_a_result_cached_by_shape_fails():
 
 
 @pytest.mark.parametrize("problem_id", [95, 96, 100])
-def test_shortcuts_fail_only_beyond_kernelbench_inputs(problem_id):
+def test_shortcuts_fail_beyond_kernelbench_inputs(problem_id):
+    """Each shortcut fails the off-distribution trial first; the offset trial and the static
+    checks may see it too, never the trials of KernelBench's own distribution."""
     (cheat,) = [c for c in kb.cheats(problem_id).values() if c.check == "beyond KernelBench's inputs"]
     result = run(problem_id, cheat.model)
     assert result.kernelbench_passed and not result.passed
-    assert failed_checks(result) == ["beyond KernelBench's inputs"], result.verdict
+    assert failed_checks(result)[0] == "beyond KernelBench's inputs", result.verdict
+    assert set(failed_checks(result)) <= {"beyond KernelBench's inputs", "coverage",
+                                          "offset and scale", "static"}, result.verdict
 
 
 # --- each check alone ----------------------------------------------------------------------------
@@ -383,8 +398,8 @@ def timed_result(**kwargs):
 def test_verdict_and_row_of_a_timed_result():
     result = timed_result()
     assert result.speedup("eager") == pytest.approx(3.0) and result.gbps == pytest.approx(3200)
-    assert result.verdict.endswith("5/5 trials and every check passed, 2.500 ms, 3.00x eager, "
-                                   "1.10x torch.compile")
+    assert result.verdict.endswith("5/5 trials and every check passed, 2.500 ms (median 2.500), "
+                                   "3.00x eager, 1.10x torch.compile")
     row = result.row()
     assert (row["verdict"], row["kernelbench"], row["ms"], row["speedup_eager"]) == ("PASS", "PASS", "2.5", "3")
 
@@ -435,7 +450,7 @@ class FakeOps:
 
 @pytest.mark.parametrize("target_shape", [(6,), (1, 6), (5, 1), (5, 6), ()])
 def test_course_hinge_entry_computes_the_reference_for_any_broadcast(monkeypatch, target_shape):
-    monkeypatch.setattr(kb, "_OPS", FakeOps())
+    monkeypatch.setattr(kb.entries, "_OPS", FakeOps())
     entry = kb.CourseHinge()
     g = torch.Generator().manual_seed(0)
     pred = torch.randn(5, 6, generator=g)
@@ -448,3 +463,179 @@ def test_course_hinge_entry_computes_the_reference_for_any_broadcast(monkeypatch
 
 def test_course_entries_cover_the_four_problems():
     assert sorted(kb.COURSE_ENTRIES) == sorted(kb.PROBLEMS)
+
+
+# --- what the leaderboards add: coverage, offset and scale, static checks, isolation --------------
+
+@pytest.mark.parametrize("problem_id", sorted(kb.PROBLEMS))
+@pytest.mark.parametrize("hidden", [False, True], ids=["exact", "hidden"])
+def test_every_spike_of_a_coverage_input_carries_more_than_the_tolerance(problem_id, hidden):
+    """The detection rule: removing any one of the K spikes moves the float64 loss by more than
+    the tolerance, relative, so a program that skips it fails; float32 PyTorch passes (20 seeds)."""
+    problem = small(problem_id)
+    for seed in range(20):
+        generator = torch.Generator().manual_seed(seed)
+        inputs = problem.coverage(problem.sizes, generator, "cpu", torch.float32, kb.SPIKES[torch.float32], hidden)
+        expected = problem.reference64(inputs)
+        out = problem.model()(*inputs)
+        assert kb.check_against_float64(out, expected, 1e-4, relative_only=True) is None
+    pred, target = inputs
+    if problem_id == 95:  # the spike rows: those whose loss is far above the others'
+        losses = F.cross_entropy(pred.double(), target, reduction="none")
+        spike = int(losses.argmax())
+        without = [pred.clone(), target]
+        without[0][spike] = pred[spike].clamp(max=1.0)
+    else:
+        terms = {94: lambda p, t: (p - t) ** 2, 96: lambda p, t: F.smooth_l1_loss(p, t, reduction="none"),
+                 100: lambda p, t: torch.clamp(1 - p * t, min=0)}[problem_id](pred.double(), target.double())
+        spike = int(terms.view(-1).argmax())
+        without = [pred.clone(), target]
+        without[0].view(-1)[spike] = target.view(-1)[spike] if problem_id != 100 else \
+            target[spike % pred.shape[1]]
+    moved = abs(problem.reference64(without) - expected)
+    assert moved > 1e-4 * abs(expected) * 4, (moved, expected)
+
+
+def test_the_reference64_of_a_block_split_is_the_whole_mean(monkeypatch):
+    from kernels.kernelbench import problems
+
+    for problem_id in sorted(kb.PROBLEMS):
+        problem = small(problem_id)
+        inputs = problem.get_inputs(1)
+        whole = problem.model()(*[x.double() if x.is_floating_point() else x for x in inputs]).item()
+        monkeypatch.setattr(problems, "REFERENCE_CHUNK", 7 * inputs[0].shape[-1])  # blocks of 7 rows
+        assert problem.reference64(inputs) == pytest.approx(whole, rel=1e-12)
+
+
+def test_subsamples_pass_kernelbench_and_fail_coverage_at_a_size_where_the_mean_hides_them():
+    """Every other row and fourth column of 1024 x 1024 is within KernelBench's tolerance on its
+    i.i.d. inputs (hinge: terms in (0, 2), a mean near 1); the coverage trials catch it."""
+    problem = kb.PROBLEMS[100].resized(batch_size=1024, dim=1024)
+    for name in ("every other row (and fourth column)", "a random half of the rows"):
+        result = kb.evaluate(problem, kb.cheats(100)[name].model, entry=name, device="cpu", trials=2)
+        assert "coverage" in failed_checks(result), result.verdict
+        assert "is every element read?" in dict((c.split(" (")[0], w) for c, w in result.failures)["coverage"]
+
+
+def test_a_downcast_fails_the_offset_and_scale_trial():
+    result = run(94, kb.cheats(94)["reads bfloat16"].model)
+    assert result.kernelbench_passed and "offset and scale" in failed_checks(result), result.verdict
+    why = dict((c.split(" (")[0], w) for c, w in result.failures)["offset and scale"]
+    assert "are the inputs read at full precision?" in why
+
+
+def test_secret_seed_replays_a_failure():
+    cheat = kb.cheats(94)["a random half of the rows"].model
+    first = run(94, cheat)
+    assert first.secret_seed and run(94, cheat, secret_seed=first.secret_seed).failures
+    assert run(94, kb.Model94(), static_checks=False).secret_seed != first.secret_seed
+
+
+STATIC_CASES = {
+    "torch.mean((p - t) ** 2)": "PyTorch's `mean`",
+    "F.mse_loss(p, t)": "PyTorch's `mse_loss`",
+    "torch.nn.functional.cross_entropy(p, t)": "PyTorch's `cross_entropy`",
+    "(p - t).abs().sum() / p.numel()": "PyTorch's `sum`",
+    "torch.ops.aten.mean.default(p)": "PyTorch's `mean`",
+    "mod.kernel(p.bfloat16(), t)": "half precision",
+    "mod.kernel(p.to(torch.float16), t)": "half precision",
+}
+
+
+@pytest.mark.parametrize("expression", sorted(STATIC_CASES))
+def test_static_checks_name_the_line_and_the_pattern(expression):
+    source = ("import torch\nimport torch.nn.functional as F\n\nclass ModelNew(torch.nn.Module):\n"
+              f"    def forward(self, p, t):\n        return {expression}\n")
+    (finding,) = kb.check_source(source)
+    assert finding.severity == "failure" and finding.line == 6 and STATIC_CASES[expression] in finding.why
+    assert str(finding).startswith(f"line 6: `return {expression}")
+
+
+def test_static_checks_of_the_forbidden_patterns_outside_forward():
+    source = '''import threading, torch, time
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.side = torch.cuda.Stream()
+        time.perf_counter = lambda: 0.0
+        setattr(torch.cuda, "synchronize", lambda: None)
+    def forward(self, p, t):
+        try:
+            return mod.kernel(p, t)
+        except RuntimeError:
+            return mod.slow(p, t)
+'''
+    found = {(f.line, f.severity) for f in kb.check_source(source)}
+    assert found == {(1, "failure"), (5, "warning"), (6, "failure"), (7, "failure"), (9, "failure")}
+
+
+def test_static_checks_leave_an_honest_kernel_alone():
+    """What an honest ModelNew does: allocate, view, make contiguous, expand, call its extension,
+    add up its own partial sums; and the course's entries."""
+    source = '''import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, predictions, targets):
+        out = torch.empty((), device=predictions.device)
+        flat = predictions.contiguous().view(-1)
+        if targets.shape != predictions.shape:
+            targets = targets.expand(predictions.shape)
+        partials = hinge_module.partials(flat, targets.contiguous(), out)
+        return partials.sum() / predictions.numel()
+'''
+    assert kb.check_source(source) == []
+    for entry in kb.COURSE_ENTRIES.values():
+        assert kb.check_model(entry) == ([], None)
+
+
+def test_a_source_that_does_not_parse_is_a_build_failure_not_a_crash():
+    result = run(94, "class ModelNew(:\n")
+    assert failed_checks(result)[0] == "builds" and any("does not parse" in n for n in result.notes)
+
+
+# Isolation: the program in a child process (CPU here: no timing).
+ISOLATED = {"device": "cpu", "measure": False}
+
+
+def test_isolated_run_of_a_source_file_passes_and_says_why(tmp_path):
+    path = tmp_path / "model_new.py"
+    path.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n"
+                    "    def forward(self, p, t):\n"
+                    "        print('{\"problem\": 94, \"failures\": []}')  # a forged verdict is ignored\n"
+                    "        return kernel(p, t)\n\n"
+                    "def kernel(p, t):\n    return ((p - t) ** 2).mean()\n")
+    result = kb.evaluate_isolated(small(94), str(path), **ISOLATED)
+    assert result.passed, result.verdict
+    assert result.trials_passed == 5 and result.gpu == "cpu"
+
+
+def test_isolated_run_of_a_module_class_and_its_failures():
+    spec = "kernels.kernelbench.cheats:Crash"
+    crashed = kb.evaluate_isolated(small(94), spec, **ISOLATED)
+    assert failed_checks(crashed) == ["crashed"] and "SIGABRT" in crashed.reason
+    hung = kb.evaluate_isolated(small(94), "kernels.kernelbench.cheats:Hang", time_limit=15, **ISOLATED)
+    assert failed_checks(hung) == ["time limit"] and "no verdict within 15 s" in hung.reason
+
+
+def test_isolated_run_refuses_a_notebook_class_with_a_clear_error():
+    class ModelNew(torch.nn.Module):
+        def forward(self, p, t):
+            return p.sum()
+
+    with pytest.raises(ValueError, match="needs it in a file"):
+        kb.evaluate_isolated(94, ModelNew)
+
+
+def test_the_checks_call_a_model_new_as_often_as_the_cheats_count():
+    """kernels.kernelbench.cheats.CHECKING_CALLS, which the replay cheat (and exercise 9.2's answer)
+    count on, is the number of calls evaluate() makes before the timing."""
+    calls = []
+
+    class Counted(torch.nn.Module):
+        def forward(self, p, t):
+            calls.append(1)
+            return kb.Model94()(p, t)
+
+    from kernels.kernelbench.cheats import CHECKING_CALLS
+
+    run(94, Counted, static_checks=False)
+    assert len(calls) == CHECKING_CALLS

@@ -143,10 +143,7 @@ def test_no_module_is_longer_than_400_lines_without_a_reason():
                       f"docstring (a sentence with {LONG_REASON!r}):\n" + "\n".join(long))
 
 
-@pytest.mark.parametrize("top", [
-    pytest.param(top, marks=pytest.mark.xfail(
-        reason="issue 28 rewrites kernels/kernelbench/ and adds its layer to the docstring"))
-    if top == "kernelbench" else top for top in kernels.LAYERS])
+@pytest.mark.parametrize("top", kernels.LAYERS)
 def test_every_package_says_what_it_holds_and_may_import(top):
     init = PACKAGE / top / "__init__.py"
     path = init if init.exists() else PACKAGE / f"{top}.py"

@@ -1,6 +1,8 @@
-"""KernelBench's loss problems on the GPU (kernels/kernelbench.py): the course's entries pass all
+"""KernelBench's loss problems on the GPU (kernels/kernelbench/): the course's entries pass all
 four at KernelBench's sizes, under its rules and every check; each cheat fails the check meant
-for it, including work hidden on a side stream, which only a GPU shows.
+for it, including work hidden on a side stream and a result replayed in the timed calls, which only
+a GPU shows; a subsample passes KernelBench's own rules at its size and fails the coverage trials;
+an isolated run survives a device-side assert.
 
 The inputs are drawn on the GPU (KernelBench's distributions, other values: seconds instead of a
 minute of CPU time per problem), and timed over 10 trials; chapter 9 runs KernelBench's exact
@@ -63,9 +65,37 @@ def test_side_stream_is_what_event_timing_alone_believes():
     assert timing.hidden_ms - eager.hidden_ms > 0.5 * eager.median  # what the device did
 
 
-def test_honest_pytorch_model_new_passes_the_timed_stream_check():
-    """No false alarm: the reference itself, as a ModelNew, on every problem at mid size."""
+def test_honest_pytorch_model_new_passes_the_dynamic_checks():
+    """No false alarm: the reference itself, as a ModelNew, on every problem at mid size, timed on
+    fresh inputs (the static checks, which flag PyTorch's own expression, left out)."""
     for problem_id in sorted(kb.PROBLEMS):
         problem = kb.PROBLEMS[problem_id].resized(**MID[problem_id])
-        result = kb.evaluate(problem, problem.model, entry="reference", **FAST)
+        result = kb.evaluate(problem, problem.model, entry="reference", static_checks=False, **FAST)
         assert result.passed, result.verdict
+        assert result.timings["ModelNew"].failure is None and result.gpu_only["ModelNew"] > 0
+
+
+@pytest.mark.parametrize("problem_id", [94, 96, 100])
+@pytest.mark.parametrize("name", ["every other row (and fourth column)", "a random half of the rows"])
+def test_a_subsample_passes_kernelbench_at_its_size_and_fails_coverage(problem_id, name):
+    """What the validator used to let through: the mean of a regular (or random) subsample is within
+    1e-4 of the whole mean on KernelBench's i.i.d. inputs of 2^30 values."""
+    result = kb.evaluate(problem_id, kb.cheats(problem_id)[name].model, entry=name,
+                         exact_inputs=False, measure=False)
+    assert result.kernelbench_passed, result.verdict
+    assert "coverage" in failed_checks(result), result.verdict
+
+
+def test_the_exercise_solution_passes_isolated_and_the_skeleton_is_rejected():
+    solution = kb.evaluate_isolated(100, "solutions/kernels/ch9_model_new.py", entry="solution",
+                                    exact_inputs=False, perf_trials=10)
+    assert solution.passed, solution.verdict
+    skeleton = kb.evaluate_isolated(100, "kernels/exercises/ch9_model_new.py", entry="skeleton",
+                                    exact_inputs=False, measure=False)
+    assert failed_checks(skeleton) == ["static"] and "PyTorch's `mean`" in skeleton.reason
+
+
+def test_a_device_side_assert_is_a_fail_with_the_reason_not_a_dead_process():
+    result = kb.evaluate_isolated(kb.PROBLEMS[94].resized(**MID[94]), "kernels.kernelbench.cheats:DeviceAssert",
+                                  exact_inputs=False, measure=False)
+    assert not result.passed and "device-side assert" in result.reason, result.verdict

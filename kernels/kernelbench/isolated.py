@@ -1,0 +1,143 @@
+"""The validator with the program under test in a process of its own: a crash, a hang or a lost
+CUDA context (a device-side assert) is a FAIL with the reason, never a dead notebook kernel.
+
+    result = evaluate_isolated(100, "kernels/exercises/ch9_model_new.py")   # a KernelBench file
+    result = evaluate_isolated(94, "kernels.kernelbench.entries:CourseMSE")  # module:Class
+
+The child reads its job from standard input before it loads the program, runs
+:func:`~.evaluate.evaluate`, and prints the result on one line that starts with a nonce from the
+job: the parent reads only that line, so whatever the program prints cannot pass for a verdict.
+The program shares its process with the checks there; one that reads the validator's memory
+(``gc``, ``inspect``, ``ctypes``) is what the static checks reject.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .problems import PROBLEMS, get_problem
+from .report import Result
+from .timing import Timing
+
+TIME_LIMIT = 900  # seconds: KernelBench's full-size problems take a minute or two with the build
+ROOT = Path(__file__).resolve().parents[2]  # the repository: what the child puts on sys.path
+PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CHILD = "from kernels.kernelbench.isolated import child; child()"
+
+
+def _program_spec(program) -> str:
+    """A path to a ModelNew file, ``module:Class``, or a class importable from a module."""
+    if isinstance(program, type):
+        if program.__module__ in ("__main__", "builtins") or "<locals>" in program.__qualname__:
+            raise ValueError(f"{program.__name__} is defined in a notebook or a function: an isolated "
+                             f"run needs it in a file (KernelBench's form: a .py file defining "
+                             f"ModelNew) or a module")
+        return f"{program.__module__}:{program.__qualname__}"
+    if isinstance(program, Path) or (isinstance(program, str) and program.endswith(".py")):
+        path = Path(program)
+        if not path.is_absolute() and not path.exists():
+            path = ROOT / path  # a notebook in chapters/ names files from the repository's root
+        if not path.is_file():
+            raise FileNotFoundError(f"no ModelNew file at {program} (nor at {path})")
+        return str(path.resolve())
+    if isinstance(program, str) and ":" in program and "\n" not in program:
+        return program
+    raise ValueError("evaluate_isolated takes a .py file defining ModelNew, 'module:Class', or a "
+                     f"class defined in a module (got {type(program).__name__})")
+
+
+def _failed(problem, entry, check, why) -> Result:
+    problem = get_problem(problem)
+    return Result(problem.id, problem.name, entry, failures=[(check, why)],
+                  bytes=problem.min_bytes())
+
+
+def evaluate_isolated(problem, program, entry: str = "ModelNew", time_limit: float = TIME_LIMIT,
+                      **options) -> Result:
+    """:func:`~.evaluate.evaluate` in a child process (same arguments; ``precision`` as a dtype or
+    its name); a crash, a non-zero exit or no verdict within ``time_limit`` seconds is a FAIL."""
+    problem = get_problem(problem)
+    if isinstance(options.get("precision"), torch.dtype):
+        options["precision"] = str(options["precision"]).removeprefix("torch.")
+    nonce = secrets.token_hex(16)
+    job = {"problem": problem.id, "sizes": problem.sizes, "program": _program_spec(program),
+           "entry": entry, "options": options, "nonce": nonce}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryFile("w+") as stdin:
+        json.dump(job, stdin)
+        stdin.seek(0)
+        process = subprocess.Popen([sys.executable, "-c", CHILD], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                   cwd=ROOT, start_new_session=True)
+        try:
+            out, err = process.communicate(timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return _failed(problem, entry, "time limit", f"no verdict within {time_limit:g} s: a "
+                                                         f"hang, or far slower than the reference")
+    for line in reversed(out.splitlines()):
+        if line.startswith(nonce):
+            return _from_json(json.loads(line[len(nonce):]))
+    return _failed(problem, entry, "crashed", _crash_reason(process.returncode, err))
+
+
+def _crash_reason(code: int, err: str) -> str:
+    if code < 0:
+        how = f"killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exit status {code}"
+    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
+    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
+    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"
+
+
+def _to_json(result: Result) -> str:
+    return json.dumps(dataclasses.asdict(result))
+
+
+def _from_json(data: dict) -> Result:
+    data["timings"] = {k: Timing(**v) for k, v in data["timings"].items()}
+    data["failures"] = [tuple(f) for f in data["failures"]]
+    return Result(**data)
+
+
+def _load(spec: str):
+    if spec.endswith(".py"):
+        return Path(spec).read_text()
+    module, _, name = spec.partition(":")
+    found = __import__(module, fromlist=[name])
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def child() -> None:
+    """The child's side: read the job, evaluate, print the nonce and the result on one line."""
+    job = json.load(sys.stdin)  # before the program is loaded: the nonce is not in its reach
+    nonce = job.pop("nonce")
+    from .evaluate import evaluate
+
+    options = job["options"]
+    if "precision" in options:
+        options["precision"] = PRECISIONS[options["precision"]]
+    problem = PROBLEMS[job["problem"]].resized(**job["sizes"])
+    try:
+        result = evaluate(problem, _load(job["program"]), entry=job["entry"], **options)
+    except Exception as error:  # the validator could not go on: a lost CUDA context, say
+        first = (str(error).strip().splitlines() or [""])[0]
+        result = _failed(problem, job["entry"], "crashed",
+                         f"the evaluation stopped: {type(error).__name__}: {first[:200]}")
+    sys.stdout.flush()
+    print(nonce + _to_json(result), flush=True)
+

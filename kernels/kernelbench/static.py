@@ -1,0 +1,236 @@
+"""Static checks of a ModelNew's Python source, as KernelBench's ``kernel_static_checker.py`` and
+the public leaderboards do before they run anything: patterns an honest kernel has no use for.
+
+Each finding names the line. A *failure* fails the evaluation; a *warning* becomes a note:
+
+- failure: ``forward`` calls one of PyTorch's losses or reductions (``F.mse_loss``,
+  ``torch.mean``, ``x.sum()``, ...) on the inputs, or on a value computed from them with
+  PyTorch: the library does the work, not a kernel;
+- failure: ``forward`` rounds the inputs to half precision (``.half()``, ``.to(torch.bfloat16)``):
+  half the bytes, and an answer that is only as close as the rounding;
+- failure: ``forward`` catches exceptions (a kernel that fails must fail the trial, not fall back);
+- failure: the source starts threads or processes, assigns to an attribute of a module
+  (``torch.cuda.synchronize = ...``: timing and checks read those), or imports what reaches into
+  the validator (``kernels``, ``gc``, ``inspect``, ``ctypes``);
+- warning: the source creates CUDA streams (legitimate if the current stream waits for them: the
+  timing's stream check decides).
+
+What a kernel allocates (``torch.empty``), views (``.view``, ``.contiguous``), or calls through a
+compiled extension is never flagged. These checks read Python only: a CUDA source is beyond
+them, which is why the dynamic checks (coverage, fresh inputs, the stream check) decide.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+REDUCTIONS = {
+    "mean", "sum", "nansum", "nanmean", "logsumexp", "log_softmax", "softmax", "norm", "dot",
+    "vdot", "einsum", "std", "var", "prod", "cumsum", "cross_entropy", "nll_loss", "mse_loss",
+    "smooth_l1_loss", "huber_loss", "l1_loss", "hinge_embedding_loss", "soft_margin_loss",
+    "margin_ranking_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+}
+HALF_TYPES = {"half", "float16", "bfloat16"}
+THREADS = {"threading", "_thread", "concurrent", "multiprocessing", "asyncio"}
+REACHING = {"kernels", "gc", "inspect", "ctypes"}
+STREAMS = {"Stream", "stream", "ExternalStream"}
+TORCH_ROOTS = {"torch", "F", "nn", "functional"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One pattern in the source: ``severity`` is "failure" or "warning"."""
+
+    severity: str
+    line: int
+    code: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: `{self.code}`: {self.why}"
+
+
+def _chain(node) -> list[str]:
+    """``torch.nn.functional.mse_loss`` -> ["torch", "nn", "functional", "mse_loss"]; a call or
+    subscript in the chain keeps its root (``x.view(-1).sum`` -> ["x", "view", "sum"])."""
+    names = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Subscript):
+            node = node.value
+        else:
+            break
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
+
+
+def _names(node) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+class _Forward(ast.NodeVisitor):
+    """The rules that concern ``forward``: which values derive from the inputs through PyTorch
+    (the taint), and what is done to them."""
+
+    def __init__(self, params, torch_names, lines, offset, found):
+        self.tainted, self.torch_names = set(params), torch_names
+        self.lines, self.offset, self.found = lines, offset, found
+
+    def _add(self, node, why):
+        line = node.lineno + self.offset
+        code = self.lines[node.lineno - 1].strip() if node.lineno <= len(self.lines) else ""
+        self.found.append(Finding("failure", line, code[:80], why))
+
+    def _torch_rooted(self, chain) -> bool:
+        if not chain or chain[0] not in self.torch_names:
+            return False
+        return not (len(chain) > 2 and chain[1] == "ops" and chain[2] != "aten")  # own ops are kernels
+
+    def _derives(self, node) -> bool:
+        """Whether a value comes from the inputs through PyTorch or Python operators only (a call
+        of anything else, a compiled extension say, ends the taint)."""
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and self._derives(node.func.value):
+                return True  # a method of a value from the inputs: x.view(-1), (p - t).abs()
+            return self._torch_rooted(_chain(node.func)) and any(
+                self._derives(a) for a in [*node.args, *[k.value for k in node.keywords]])
+        return bool(_names(node) & self.tainted)
+
+    def visit_Assign(self, node):
+        if self._derives(node.value):
+            for target in node.targets:
+                self.tainted |= _names(target)
+        self.generic_visit(node)
+
+    def visit_Try(self, node):
+        self._add(node, "catches exceptions: a kernel that fails must fail the trial, not fall "
+                        "back to something else")
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        chain = _chain(node.func)
+        name = chain[-1] if chain else ""
+        on_input = isinstance(node.func, ast.Attribute) and self._derives(node.func.value)
+        args = [*node.args, *[k.value for k in node.keywords]]
+        if self._torch_rooted(chain) and name not in REDUCTIONS:  # torch.ops.aten.mean.default
+            name = next((part for part in chain if part in REDUCTIONS), name)
+        if name in REDUCTIONS and (on_input or (self._torch_rooted(chain)
+                                                and any(self._derives(a) for a in args))):
+            self._add(node, f"PyTorch's `{name}` over the inputs: the library does the work "
+                            f"that the kernel should")
+        elif on_input and (name in HALF_TYPES or (name == "to" and any(
+                _chain(a)[-1:] and _chain(a)[-1] in HALF_TYPES for a in args))):
+            self._add(node, "rounds the inputs to half precision: half the bytes read, and an "
+                            "answer only as close as the rounding")
+        self.generic_visit(node)
+
+
+def _module_names(tree) -> set[str]:
+    """The names the source binds to modules by importing them, and the usual ones."""
+    names = {"torch", "time", "sys", "os", "kernels", "F"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _module_rules(tree, lines, offset, found):
+    """Rules for the whole source: threads, patched modules, reaching into the validator, streams."""
+    modules = _module_names(tree)
+
+    def add(node, severity, why):
+        code = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+        found.append(Finding(severity, node.lineno + offset, code[:80], why))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for module in imported:
+                root = module.split(".")[0]
+                if root in THREADS:
+                    add(node, "failure", f"imports {module}: threads or processes run work the "
+                                         f"timing does not see")
+                elif root in REACHING:
+                    add(node, "failure", f"imports {module}: a ModelNew has no business with the "
+                                         f"validator's memory or modules")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                chain = _chain(target) if isinstance(target, ast.Attribute) else []
+                if len(chain) > 1 and chain[0] in modules:
+                    add(node, "failure", f"assigns to {'.'.join(chain)}: patching a module "
+                                         f"(timers, synchronize) fools the measurement")
+        elif isinstance(node, ast.Call):
+            chain = _chain(node.func)
+            if chain[-1:] == ["setattr"] and node.args and _chain(node.args[0])[:1] and \
+                    _chain(node.args[0])[0] in modules:
+                add(node, "failure", "setattr on a module: patching timers or checks fools them")
+            elif chain[:1] == ["torch"] and chain[-1:] and chain[-1] in STREAMS:
+                add(node, "warning", "creates a CUDA stream: its work counts only if the current "
+                                     "stream waits for it (the timing checks)")
+            elif chain[:2] == ["sys", "_getframe"] or chain[-1:] == ["fork"]:
+                add(node, "failure", f"{'.'.join(chain)}: reaches outside the program")
+
+
+def _torch_names(tree) -> set[str]:
+    names = set(TORCH_ROOTS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.asname for a in node.names if a.asname and a.name.startswith("torch")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch"):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def check_source(source: str, offset: int = 0, torch_names: set | None = None) -> list[Finding]:
+    """The findings in a Python source (a whole ModelNew file, or one class's source); line
+    numbers are the source's own plus ``offset``."""
+    source = textwrap.dedent(source)
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    found: list[Finding] = []
+    names = (torch_names or set()) | _torch_names(tree)
+    _module_rules(tree, lines, offset, found)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "forward":
+            params = [a.arg for a in node.args.args[1:]] + [a.arg for a in node.args.kwonlyargs]
+            if node.args.vararg:
+                params.append(node.args.vararg.arg)
+            visitor = _Forward(params, names, lines, offset, found)
+            for statement in node.body:
+                visitor.visit(statement)
+    return sorted(set(found), key=lambda f: (f.line, f.why))
+
+
+def check_model(model_new) -> tuple[list[Finding], str | None]:
+    """The findings for a ModelNew given as source text, class or instance; and why the source
+    could not be read, if it could not (then there are no findings: the dynamic checks decide)."""
+    if isinstance(model_new, str):
+        try:
+            return check_source(model_new), None
+        except SyntaxError as error:
+            return [], f"the source does not parse ({error.msg}, line {error.lineno})"
+    cls = model_new if isinstance(model_new, type) else type(model_new)
+    try:
+        source, first = inspect.getsourcelines(cls)
+        return check_source("".join(source), offset=first - 1), None
+    except (OSError, TypeError):
+        pass
+    found = []
+    for name, member in vars(cls).items():  # a notebook's class: its methods' cells are readable
+        if not inspect.isfunction(member):
+            continue
+        try:
+            source, first = inspect.getsourcelines(member)
+        except (OSError, TypeError):
+            return [], f"the source of {cls.__name__}.{name} is not available"
+        found += check_source("".join(source), offset=first - 1)
+    return found, None
