@@ -5,17 +5,20 @@
 #   kernelspec: {display_name: Python 3, language: python, name: python3}
 # ---
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
 # Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
 import os, subprocess, sys
 REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
-if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+COLAB = "google.colab" in sys.modules
+if COLAB and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
             if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your files are
+    from kernels.course.colab import prepare_colab
+    prepare_colab(ROOT)
 
 # %% [markdown]
 # # Chapter 4: two passes, deterministic, no host round-trip

@@ -5,17 +5,20 @@
 #   kernelspec: {display_name: Python 3, language: python, name: python3}
 # ---
 
-# %% tags=["hide-input"]
+# %% tags=["remove-cell"]
 # Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
 import os, subprocess, sys
 REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
-if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+COLAB = "google.colab" in sys.modules
+if COLAB and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
             if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your files are
+    from kernels.course.colab import prepare_colab
+    prepare_colab(ROOT)
 
 # %% [markdown]
 # # Solutions: chapter 7
@@ -122,7 +125,7 @@ for chunk in (512, 896, 1024, 2048, 4096):
 # design every byte of the logits still goes through memory (in chunks), and only overlapping
 # it with the products (a second CUDA stream, or the loss fused into the product's epilogue)
 # hides it. Within the model, the weight-gradient traffic falls below 5% of the products from
-# chunks of about 4096 rows (1 GiB of scratch): four times the issue's memory budget. The
+# chunks of about 4096 rows (1 GiB of scratch): four times chapter 7's memory budget. The
 # chapter's sweep goes the same way, larger chunks faster (its plot of time against memory),
 # and adds what the model leaves out: the shape of the products (896 rows ran slower than 768),
 # and a measured step slower than the model's total at every chunk size both have.

@@ -29,7 +29,7 @@ import yaml
 from kernels.build.provenance import changed_sources
 from kernels.course.book import notebooks as all_notebooks
 from kernels.course.book import toc_files
-from kernels.course.notebook import SETUP_CELL
+from kernels.course.notebook import SETUP_CELL, SETUP_TAG
 
 ROOT = Path(__file__).resolve().parents[1]
 REPOSITORY = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
@@ -121,6 +121,8 @@ def test_first_cell_is_the_setup_cell(path):
         f"{rel(path)}: the first cell is not kernels.course.notebook.SETUP_CELL with repository "
         f"{REPOSITORY}; print it with: python -c \"from kernels.course.notebook import SETUP_CELL; "
         f"print(SETUP_CELL.format(repository='{REPOSITORY}'))\"")
+    assert SETUP_TAG in first.metadata.get("tags", []), (
+        f"{rel(path)}: tag the setup cell {SETUP_TAG}: the book leaves it out, Jupyter keeps it")
 
 
 # --- (b) each built file is shown right before --------------------------------------------
@@ -222,6 +224,14 @@ def test_notebook_matches_its_py_twin(path):
     assert sync.cells_of(read(path)) == sync.cells_of(sync.synced(twin)), (
         f"{rel(path)} differs from {rel(twin)}: run python tools/sync_notebooks.py "
         f"(never edit the .ipynb by hand)")
+
+
+@by_notebook
+def test_notebook_asks_colab_for_a_gpu_runtime(path):
+    metadata = read(path).metadata
+    wanted = _sync_module().COLAB_GPU
+    assert {k: metadata.get(k) for k in wanted} == wanted, (
+        f"{rel(path)}: Colab opens it on a CPU runtime; run python tools/sync_notebooks.py")
 
 
 OUTPUT_LIMIT = 5000  # characters of one stored text output a reader is shown unfolded (issue 14)

@@ -19,6 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.course.book import twins  # noqa: E402
 
+# Colab reads these when it opens a notebook from GitHub and asks for a GPU runtime (the free T4).
+COLAB_GPU = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
+
 
 def cells_of(notebook):
     return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", [])))
@@ -52,6 +55,7 @@ def synced(py: Path):
     fresh.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                     "language": "python"}
     fresh.metadata.pop("jupytext", None)
+    fresh.metadata.update(COLAB_GPU)
     return fresh
 
 
@@ -66,7 +70,9 @@ def main() -> int:
         notebook = synced(py)
         ipynb = py.with_suffix(".ipynb")
         if args.check:
-            if not ipynb.exists() or cells_of(nbformat.read(ipynb, as_version=4)) != cells_of(notebook):
+            stored = nbformat.read(ipynb, as_version=4) if ipynb.exists() else None
+            if stored is None or cells_of(stored) != cells_of(notebook) \
+                    or any(stored.metadata.get(k) != v for k, v in COLAB_GPU.items()):
                 stale.append(ipynb.relative_to(ROOT).as_posix())
         else:
             nbformat.write(notebook, ipynb)

@@ -56,6 +56,42 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+def nvcc_release(path: str | None = None) -> str | None:
+    """The CUDA release of an nvcc (``"12.8"``, from ``nvcc --version``), or None without one."""
+    import subprocess
+
+    path = path or nvcc()
+    if path is None:
+        return None
+    try:
+        text = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"release (\d+\.\d+)", text)
+    return found.group(1) if found else None
+
+
+def cuda_mismatch(nvcc_cuda: str | None, torch_cuda: str | None) -> str | None:
+    """Why PyTorch's extension builder would refuse this nvcc, in a sentence; None where it builds.
+
+    cpp_extension compares the major versions of nvcc's CUDA and the CUDA PyTorch was built with
+    and stops at a difference (a minor one only warns): Colab has paired nvcc 12.8 with torch
+    cu128, but a newer torch wheel can come with CUDA 13 before the runtime's nvcc does.
+    """
+    if nvcc_cuda is None:
+        return ("no nvcc found: install the CUDA toolkit (12.x or newer) or set CUDA_HOME to it; "
+                "the kernels are compiled when a notebook runs")
+    if torch_cuda is None:
+        return "this PyTorch has no CUDA: install a CUDA build of PyTorch (pip install torch on Linux)"
+    if nvcc_cuda.split(".")[0] != torch_cuda.split(".")[0]:
+        major = torch_cuda.split(".")[0]
+        return (f"nvcc is CUDA {nvcc_cuda} but PyTorch was built with CUDA {torch_cuda}, and PyTorch "
+                f"builds extensions only with the same major version: install a CUDA {major}.x "
+                f"toolkit (and point CUDA_HOME at it), or a PyTorch built for CUDA "
+                f"{nvcc_cuda.split('.')[0]} (https://pytorch.org/get-started/locally/)")
+    return None
+
+
 def target_archs(archs=None) -> tuple[str, ...]:
     """The GPU architectures to compile for: given, else the GPU present, else an error."""
     if archs:

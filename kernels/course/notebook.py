@@ -5,19 +5,25 @@ from __future__ import annotations
 from ..build.build_cache import KERNELS_DIR, source_path
 
 # The first cell of every notebook (tests/test_notebooks.py checks it is exactly this, with the
-# repository URL of _config.yml). It makes `kernels` importable inside the repository and on
-# Colab, where it first clones the repository and installs ninja; elsewhere it changes nothing.
+# repository URL of _config.yml, tagged remove-cell: the book leaves it out, Jupyter and Colab
+# keep it). It makes `kernels` importable inside the repository and on Colab, where it first
+# clones the repository and then checks the runtime (kernels/course/colab.py); elsewhere it
+# changes nothing.
 SETUP_CELL = '''\
 # Setup: make the course's toolkit importable (in the repository, or on Colab after cloning it).
 import os, subprocess, sys
 REPOSITORY = "{repository}"
-if "google.colab" in sys.modules and not os.path.isdir("/content/loss-kernels"):
+COLAB = "google.colab" in sys.modules
+if COLAB and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "ninja"], check=True)
 ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
             if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)'''
+    sys.path.insert(0, ROOT)
+if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your files are
+    from kernels.course.colab import prepare_colab
+    prepare_colab(ROOT)'''
+SETUP_TAG = "remove-cell"
 
 
 # Listings longer than this are folded: the file's name and length show, the code opens on a
