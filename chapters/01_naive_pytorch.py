@@ -650,7 +650,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
 #
 # The checks below compare your answers with numbers computed from this chapter's
 # measurements (`book/results/ch1.csv`) and print PASS, FAIL with the expected and the given
-# value, or TODO while the answer is still `None`.
+# value, or TODO while the answer is still `None`. Solutions are in
+# {doc}`../solutions/ch1_solutions`.
 
 # %%
 def check_answer(what, got, expected, rtol=0.01):
@@ -670,7 +671,7 @@ def check_answer(what, got, expected, rtol=0.01):
               f"(tolerance {rtol:.0%})")
 
 # %% [markdown]
-# ````{exercise} The bytes of eager Smooth L1
+# ```{exercise} The bytes of eager Smooth L1
 # :label: ch1-smooth-l1-bytes
 #
 # The trace above sees Smooth L1 as one operator, `smooth_l1_loss`, but the profiler output
@@ -680,6 +681,7 @@ def check_answer(what, got, expected, rtol=0.01):
 # distinct kernels.) Then
 # predict its time from your byte count and the measured read bandwidth, and compare with the
 # measured eager time.
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -687,7 +689,6 @@ def check_answer(what, got, expected, rtol=0.01):
 # two inputs and one output reads $2n$ and writes $n$ elements; a reduction reads $n$ and
 # writes one number. Is there a temporary, like MSE's `d ** 2`?
 # ```
-# ````
 
 # %%
 smooth_l1_bytes = None  # TODO: bytes moved by eager Smooth L1 at 2^30 float32 elements
@@ -697,7 +698,7 @@ n = 1 << 30
 check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes, 4 * n * 4)
 
 # %% [markdown]
-# ````{exercise} A model of eager MSE's time
+# ```{exercise} A model of eager MSE's time
 # :label: ch1-launch-crossover
 #
 # Build a two-term model of eager MSE's time from this chapter's measurements: a fixed cost,
@@ -707,6 +708,7 @@ check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes,
 # function of the number of elements, and check its predictions against the measured times
 # at $2^{20}$ and $2^{26}$ elements (within 20%). Then compare it with every measured size:
 # where is it worst, and what does the GPU do there that the model leaves out?
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -714,7 +716,6 @@ check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes,
 # one and writes one, `mean` reads one. `by_size("mse", "eager")` gives the measured rows in
 # order of size, the first one the smallest.
 # ```
-# ````
 
 # %%
 eager_mse_bytes_per_element = None  # TODO: bytes eager MSE's kernels move per element (float32)
@@ -733,7 +734,7 @@ for n in (1 << 20, 1 << 26):
                  eager_mse_model_ms(n), measured, rtol=0.2)
 
 # %% [markdown]
-# ````{exercise} The roofline of cross-entropy
+# ```{exercise} The roofline of cross-entropy
 # :label: ch1-ce-roofline
 #
 # For cross-entropy at KernelBench's size ($32768 \times 4096$ float32 logits, int64
@@ -741,6 +742,7 @@ for n in (1 << 20, 1 << 26):
 # arithmetic intensity (flop per byte) and the roofline time in milliseconds (the bytes over
 # the measured read bandwidth). What fraction of that limit do eager PyTorch and
 # `torch.compile` reach?
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -748,7 +750,6 @@ for n in (1 << 20, 1 << 26):
 # `get_loss("cross_entropy").min_bytes((32768, 4096))`. The bandwidth is `peak` in GB/s:
 # $10^9$ bytes per second.
 # ```
-# ````
 
 # %%
 ce_intensity = None  # TODO: flop per byte

@@ -381,9 +381,14 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # most. Chapter 3 ends with 16-byte loads, several in flight per thread.
 #
 # ## Exercises
+#
+# Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
+# builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
+# skeletons compile and run; they fail the check until you finish them. Solutions are in
+# {doc}`../solutions/ch2_solutions`.
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch2-warp-atomics
 #
 # Give version 1 warp-aggregated atomics: keep one element per thread and no loop, but let the
@@ -392,6 +397,7 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # until it passes. **Target**: 32 times fewer atomics on the contended address should make it
 # much faster than version 1: the cell times both at $2^{24}$ elements and asks for 20 times.
 # Predict first: why not the full 32?
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -399,7 +405,6 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # top of the kernel: `__shfl_down_sync(0xffffffff, ...)` needs all 32 lanes to reach it, but the
 # lanes past the end of the input have left. Let them stay and contribute 0 instead.
 # ```
-# ````
 #
 # A kernel that breaks that rule is undefined, not necessarily wrong: on the GPU that made this
 # book's outputs, the early `return` left before the shuffles still gave the right sums, and
@@ -416,7 +421,7 @@ if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse,
                          reference_label="version 1", reps=10)
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch2-race
 #
 # `kernels/exercises/ch2_race.cu` sums per thread, then per block in a shared-memory float, then
@@ -425,6 +430,7 @@ if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse,
 # the read bandwidth at $2^{28}$ elements (any correct fix reaches it there: the atomics come
 # once per thread, at the end); then time your two fixes at $2^{16}$ elements, where they do
 # not.
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -432,7 +438,6 @@ if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse,
 # load, an add and a store. Shared memory has atomics too; and a warp can add its values
 # before touching shared memory at all.
 # ```
-# ````
 
 # %%
 show_source("exercises/ch2_race.cu")

@@ -364,9 +364,14 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # stays a few percent behind it at $2^{30}$ (the second table).
 #
 # ## Exercises
+#
+# Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
+# builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
+# skeletons compile and run; they fail the check until you finish them. Solutions are in
+# {doc}`../solutions/ch3_solutions`.
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch3-smooth-l1
 #
 # `kernels/exercises/ch3_smooth_l1.cu` is the chapter's reduction skeleton in its simplest form
@@ -376,13 +381,13 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # without a branch. The check adds NaN and infinite inputs to the usual cases: PyTorch's loss
 # of a NaN is NaN, and yours must be too. **Target**: 85% of the read bandwidth at $2^{28}$
 # elements (the skeleton's loads are 4 bytes wide: what does that leave, after chapter 2?).
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
 # Only the body of `operator()` changes. Without a branch: with $m = \min(|d|, 1)$, the loss is
 # $\frac12 m^2 + (|d| - m)$. Watch NaN: `fminf(NaN, 1)` is 1, but PyTorch's loss of a NaN is NaN.
 # ```
-# ````
 
 # %%
 show_source("exercises/ch3_smooth_l1.cu")
@@ -394,12 +399,13 @@ if ch.exercise("exercises/ch3_smooth_l1.cu",
                            0.85, ch.peak)
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch3-broken-reduction
 #
 # `kernels/exercises/ch3_broken_reduction.cu` is version 3 retyped from memory, and the check
 # fails for every input of more than one element. Find the bug and fix it. Would the check also
 # catch a missing `__syncthreads()`?
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -407,7 +413,6 @@ if ch.exercise("exercises/ch3_smooth_l1.cu",
 # that runs? Look at the loop's condition. For the second question: a missing barrier is a race,
 # whose outcome depends on the order the warps happen to run in.
 # ```
-# ````
 
 # %%
 show_source("exercises/ch3_broken_reduction.cu")
@@ -416,7 +421,7 @@ show_source("exercises/ch3_broken_reduction.cu")
 ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse, "mse"));
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch3-padded-tree
 #
 # Version 3 removed version 2's bank conflicts by changing the order of the additions. The
@@ -426,6 +431,7 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 # shared memory, and give the array the room it needs. Before you run it, use
 # `strided_rounds` above to predict the wavefronts per access with the padding. **Target**:
 # 1.1 times as fast as version 2 at $2^{24}$ elements.
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -434,7 +440,6 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 # extra word per 32 it lands one bank further. The largest padded index is
 # `padded(kThreads - 1)`.
 # ```
-# ````
 
 # %%
 show_source("exercises/ch3_padded_tree.cu")

@@ -551,15 +551,21 @@ if counters:
 # which a kernel can beat by the last percent or two, never by more.
 #
 # ## Exercises
+#
+# Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
+# builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
+# skeletons compile and run; they fail the check until you finish them. Solutions are in
+# {doc}`../solutions/ch4_solutions`.
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch4-kahan
 #
 # `kernels/exercises/ch4_kahan.cu` writes one partial per 1024 elements and adds the partials in
 # pass 2 with one thread, sequentially, in float. It passes the usual check, but not a strict one
 # (relative error at most $2 \times 10^{-7}$ at about $2^{26}$ elements). Keep the float
 # accumulator and make the final pass compensated (Kahan summation) until the strict check passes.
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
@@ -567,7 +573,6 @@ if counters:
 # `t = sum + y`, `c = (t - sum) - y`, `sum = t`. Why does the compiler not simplify
 # `(t - sum) - y` to 0? (Version 4's PTX above answers part of it.)
 # ```
-# ````
 
 # %%
 show_source("exercises/ch4_kahan.cu")
@@ -584,7 +589,7 @@ def check_kahan(kernel):
 ch.exercise("exercises/ch4_kahan.cu", check_kahan);
 
 # %% [markdown]
-# ````{exercise}
+# ```{exercise}
 # :label: ex-ch4-last-block
 #
 # `kernels/exercises/ch4_last_block.cu` finishes in one launch with a counter of finished blocks,
@@ -592,13 +597,13 @@ ch.exercise("exercises/ch4_kahan.cu", check_kahan);
 # first case and fails the second. Make the counter ready for the next launch, in a different
 # way from version 3. **Target**: no slower than version 3 (95% of its speed or better) at
 # $2^{26}$ elements: resetting the counter must not cost a launch or a wait.
+# ```
 #
 # ```{admonition} Hint
 # :class: dropdown
 # After the last block has seen the count, no other block of this launch touches the counter
 # again, and the next launch on the same stream starts after this one ends.
 # ```
-# ````
 
 # %%
 show_source("exercises/ch4_last_block.cu")

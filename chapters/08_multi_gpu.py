@@ -75,11 +75,12 @@ show_source("ops/ranks.py", "def launch(", "        return json.loads")
 show_source("ops/ranks.py", "class Context:", "    def say(")
 
 # %% [markdown]
-# On the machines this course's outputs come from, NVLink *multicast* (NVLS, which lets NCCL
-# reduce inside the NVSwitch) stays off: a program using it can take a shared host's GPUs out
-# of service. `launch` sets `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and
-# `NVSHMEM_DISABLE_NVLS=1` in every process it starts; the check below reports it from every
-# rank. The GPUs of this run:
+# NCCL can also reduce inside an NVSwitch, with NVLink *multicast* (NVLS). The runs behind this
+# chapter's numbers kept it off, as the shared machines they ran on required, so the numbers are
+# those of NCCL's ring and tree algorithms, which every NVLink machine has: `launch` sets
+# `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and `NVSHMEM_DISABLE_NVLS=1` in every
+# process it starts (`MULTICAST_OFF` in `kernels/ops/vocab_parallel.py`; on a machine of your
+# own you may empty it), and the check below reports it from every rank. The GPUs of this run:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 GPUS = torch.cuda.device_count()

@@ -68,6 +68,15 @@ CLIPPED_JS = """() => {
   return clipped;
 }"""
 
+# What a cell printed (a verdict, a table of numbers, a traceback): the end of a line is often
+# its point, so it must wrap at the column, not hide behind a sideways scrollbar.
+SCROLLING_OUTPUTS_JS = """() => {
+  const article = document.querySelector('article') || document.body;
+  return [...article.querySelectorAll('div.cell_output pre')]
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => `${el.scrollWidth} px in ${el.clientWidth}: ${(el.innerText || '').slice(0, 60)}`);
+}"""
+
 # Fresh profile, nothing phones home: the book must work offline.
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -146,7 +155,8 @@ def visit(browser, base, rel):
     if refresh:
         # jupyter-book's index.html only redirects: check where it lands, nothing else.
         page.wait_for_url(urljoin(f"{base}/{rel}", refresh.group(1)))
-        report.update(math=0, math_errors=0, images=[], links=[], clipped=[], figures=[])
+        report.update(math=0, math_errors=0, images=[], links=[], clipped=[], figures=[],
+                      scrolling_outputs=[])
         page.close()
         return report
     if page.locator("script[src*='mathjax']").count():
@@ -159,6 +169,7 @@ def visit(browser, base, rel):
         "img", "els => els.map(e => [e.getAttribute('src'), e.complete ? e.naturalWidth : 0])")
     report["links"] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
     report["clipped"] = page.evaluate(CLIPPED_JS)
+    report["scrolling_outputs"] = page.evaluate(SCROLLING_OUTPUTS_JS)
     # Figures of cell outputs: the PNG's own width and the width it is shown at.
     report["figures"] = page.eval_on_selector_all(
         "div.cell_output img", "els => els.map(e => [e.getAttribute('src'), e.naturalWidth, "
@@ -211,6 +222,13 @@ def test_nothing_is_cut_off_at_1280_px(pages):
     reports, _ = pages
     bad = {rel: r["clipped"] for rel, r in reports.items() if r["clipped"]}
     assert not bad, f"content cut off at {VIEWPORT['width']} px: {bad}"
+
+
+def test_printed_outputs_wrap_at_the_column(pages):
+    """No verdict, printed table or traceback needs a sideways scroll at 1280 px."""
+    reports, _ = pages
+    bad = {rel: r["scrolling_outputs"] for rel, r in reports.items() if r["scrolling_outputs"]}
+    assert not bad, f"printed outputs that scroll sideways at {VIEWPORT['width']} px: {bad}"
 
 
 def test_figures_are_shown_at_their_drawn_size(pages):

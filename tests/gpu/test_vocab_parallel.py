@@ -79,7 +79,7 @@ def test_one_gpu_over_nccl():
     assert all(case["passed"] for case in result["cases"]), result["cases"]
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs (the nvidia-h200-x2 kind)")
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_two_gpus_over_nccl():
     result = ranks.launch("check", 2, echo=False)
     assert result["ranks"] == 2 and result["multicast_off"]
