@@ -1,6 +1,8 @@
 # make book : install what the book build needs into .venv (no PyTorch) and build _build/html
 # make test : install everything into .venv and run pytest (pytest.ini decides what runs)
-.PHONY: book test install clean
+# make check CHAPTER=3 : grade your exercises of chapter 3 (on a GPU): says which exercise files
+#   you have changed, then re-executes the chapter with nbval; a failing attempt fails the run
+.PHONY: book test check install clean
 
 VENV       := .venv
 PY         := $(VENV)/bin/python
@@ -14,6 +16,11 @@ test: $(STAMP)
 	$(VENV)/bin/pytest
 
 install: $(STAMP)
+
+check: $(STAMP)
+	@test -n "$(CHAPTER)" || { echo "which chapter? make check CHAPTER=3"; exit 2; }
+	$(PY) -m kernels.build.skeletons --chapter $(CHAPTER)
+	KERNELS_BENCH_REPS=10 $(VENV)/bin/pytest $(wildcard chapters/0$(CHAPTER)_*.ipynb)
 
 # Reinstall only when the requirements change.
 $(STAMP): requirements.txt requirements-book.txt .ci/constraints.txt

@@ -411,7 +411,7 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # compute-sanitizer saw nothing. So after the values, the check reads your source for a `return`
 # before a full-mask shuffle (`kernels/exercises/ch2_checks.py`).
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch2_warp_atomics.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -439,7 +439,7 @@ if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse,
 # before touching shared memory at all.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch2_race.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

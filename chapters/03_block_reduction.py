@@ -389,7 +389,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # $\frac12 m^2 + (|d| - m)$. Watch NaN: `fminf(NaN, 1)` is 1, but PyTorch's loss of a NaN is NaN.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch3_smooth_l1.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -414,7 +414,7 @@ if ch.exercise("exercises/ch3_smooth_l1.cu",
 # whose outcome depends on the order the warps happen to run in.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch3_broken_reduction.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -441,7 +441,7 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 # `padded(kThreads - 1)`.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch3_padded_tree.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

@@ -574,7 +574,7 @@ if counters:
 # `(t - sum) - y` to 0? (Version 4's PTX above answers part of it.)
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch4_kahan.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -605,7 +605,7 @@ ch.exercise("exercises/ch4_kahan.cu", check_kahan);
 # again, and the next launch on the same stream starts after this one ends.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch4_last_block.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

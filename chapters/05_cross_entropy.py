@@ -645,7 +645,7 @@ if counters:
 # $0 / 0$ in floating point, and what does PyTorch return for a mean over no rows?
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch5_ignore_index.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -672,7 +672,7 @@ if ch.exercise("exercises/ch5_ignore_index.cu", check_ignore_index):
 # this for two partial sums; a single logit is the partial sum $(x, 1)$.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch5_online_softmax.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -700,7 +700,7 @@ ch.exercise("exercises/ch5_online_softmax.cu", check_online_softmax);
 # exponentials.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch5_label_smoothing.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

@@ -785,7 +785,7 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy), ("ops.cross_entropy
 # %%
 show_source("common/fused_loss.cuh")
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch6_log_cosh.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

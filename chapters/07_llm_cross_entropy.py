@@ -657,7 +657,7 @@ plt.show()
 # runs `kBlocksPerSM` of them on each of its `sms` SMs at once.
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch7_split_rows.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]

@@ -336,7 +336,7 @@ Markdown("\n".join(table))
 # all-reduces, for 2 ranks and for 64?
 # ```
 
-# %%
+# %% tags=["nbval-ignore-output"]
 show_source("exercises/ch8_one_collective.py")
 
 # %%

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kernels import Chapter, CheckFailed, KernelBuildError, bench, results
-from kernels.build import loader
-from kernels.course.chapter import ROOT
+from kernels.build import loader, skeletons
+from kernels.course.chapter import ROOT, ExerciseFailed
 
 
 @pytest.fixture
@@ -243,3 +243,49 @@ def test_allow_recompiles_raises_dynamos_limit(monkeypatch):
     assert getattr(config, name) == 64
     Chapter("ch4").allow_recompiles(100)
     assert getattr(config, name) == 100
+
+
+# --- a learner's attempt: a failing one raises, so that pytest --nbval fails with the case ----
+
+@pytest.fixture
+def attempted(monkeypatch):
+    """Every exercise file counts as the learner's edit (kernels/build/skeletons.py)."""
+    monkeypatch.setattr(skeletons, "attempted", lambda path: True)
+
+
+def test_an_untouched_skeleton_that_fails_does_not_raise(builds, capsys):
+    assert not skeletons.attempted(ROOT / "kernels/exercises/ch5_ignore_index.cu")
+    assert Chapter("ch5").exercise("exercises/ch5_ignore_index.cu", lambda kernel: False) is False
+
+
+def test_an_attempt_whose_check_returns_false_raises_with_the_failing_case(builds, attempted, capsys):
+    def check(kernel):
+        print("PASS  one row                              (1, 10)")
+        print("FAIL  every row ignored: the mean is NaN     (5, 100): NaN where PyTorch has a number")
+        return False
+
+    with pytest.raises(ExerciseFailed, match=r"exercises/ch5_ignore_index.cu: FAIL  every row "
+                                             r"ignored: the mean is NaN +\(5, 100\)"):
+        Chapter("ch5").exercise("exercises/ch5_ignore_index.cu", check)
+    assert capsys.readouterr().out.splitlines()[-1].startswith("FAIL  exercises/ch5_ignore_index.cu")
+
+
+def test_an_attempt_whose_check_raises_check_failed_raises_with_expected_and_got(builds, attempted):
+    def check(kernel):
+        raise CheckFailed("FAIL mse, below one block (100,): expected 2.26963587, got 0.0074")
+
+    with pytest.raises(ExerciseFailed, match=r"expected 2.26963587, got 0.0074"):
+        Chapter("ch2").exercise("exercises/ch2_race.cu", check)
+
+
+def test_an_attempt_that_does_not_compile_raises_with_the_compiler_error(builds, attempted):
+    builds.error = KernelBuildError("kernels/exercises/ch3_smooth_l1.cu(31): error: identifier "
+                                    "\"dd\" is undefined")
+    with pytest.raises(ExerciseFailed, match=r"ch3_smooth_l1.cu\(31\): error"):
+        Chapter("ch3").exercise("exercises/ch3_smooth_l1.cu", lambda kernel: None)
+
+
+def test_an_attempt_that_passes_returns_true(builds, attempted, capsys):
+    assert Chapter("ch2").exercise("exercises/ch2_race.cu", lambda kernel: 1) is True
+    assert capsys.readouterr().out.splitlines() == [
+        "PASS  exercises/ch2_race.cu: every case of the check passes"]

@@ -26,6 +26,7 @@ import nbformat
 import pytest
 import yaml
 
+from kernels.build import skeletons
 from kernels.build.provenance import changed_sources
 from kernels.course.book import notebooks as all_notebooks
 from kernels.course.book import toc_files
@@ -187,6 +188,19 @@ def test_gpu_cells_are_tagged(path):
             problems.append(f"cell {i} shows measured results ({shows.group(0)}) and must be "
                             f"tagged nbval-ignore-output")
     assert not problems, f"{rel(path)}:\n" + "\n".join(problems)
+
+
+LEARNER_LISTING = re.compile(r'show_source\("exercises/([^"]+)"')
+
+
+@by_notebook
+def test_listings_of_exercise_files_are_not_compared(path):
+    """A learner edits the file a listing shows: nbval must grade the exercise, not the listing."""
+    learner = {p.name for p in skeletons.learner_files()}
+    untagged = [cell.source.strip() for cell in read(path).cells if cell.cell_type == "code"
+                for m in LEARNER_LISTING.finditer(cell.source)
+                if m.group(1) in learner and "nbval-ignore-output" not in tags(cell)]
+    assert not untagged, f"{rel(path)}: tag these nbval-ignore-output: {untagged}"
 
 
 # --- (d) stored outputs are not stale --------------------------------------------------------

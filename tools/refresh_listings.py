@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels.build.build_cache import source_path  # noqa: E402
+from kernels.build.skeletons import attempted  # noqa: E402
 from kernels.course.book import notebooks  # noqa: E402
 from kernels.course.notebook import show_source  # noqa: E402
 
@@ -41,6 +43,17 @@ def is_listing(source: str) -> bool:
     return isinstance(call, ast.Call) and getattr(call.func, "id", None) == "show_source"
 
 
+def shows_a_learners_edit(source: str) -> bool:
+    """Whether a listing cell shows an exercise file that a learner has edited: its stored
+    output is the skeleton's, and stays so (kernels/build/skeletons.py)."""
+    call = ast.parse(source).body[0].value
+    shown = eval(compile(ast.Expression(call.args[0]), "<listing>", "eval"), dict(NAMESPACE))
+    try:
+        return attempted(source_path(shown))
+    except FileNotFoundError:
+        return False
+
+
 def listing_output(source: str, execution_count) -> dict:
     shown = eval(compile(source, "<listing>", "eval"), dict(NAMESPACE))
     return {"output_type": "execute_result", "execution_count": execution_count, "metadata": {},
@@ -55,7 +68,7 @@ def refresh(path: Path, write: bool = True) -> list[str]:
     stale = []
     code_cells = [c for c in notebook.cells if c.cell_type == "code"]
     for number, cell in enumerate(code_cells, 1):
-        if not is_listing(cell.source):
+        if not is_listing(cell.source) or shows_a_learners_edit(cell.source):
             continue
         # A cell whose source was edited lost its count (tools/sync_notebooks.py); a cell with
         # outputs needs one ("unrun reference cell" to nbval): its place among the code cells.

@@ -7,6 +7,8 @@
 - ``build_cache.py``: the sources read once and hashed, the build's cached name and folder;
   ``KERNELS_DIR`` (the ``kernels/`` folder, which kernel paths are relative to)
 - ``provenance.py``: the notebooks' record of the sources each build read
+- ``skeletons.py``: the exercises' skeletons as shipped (``kernels/exercises/skeletons.json``),
+  so that a learner's edit is known as theirs and never counts as a change of the course
 - ``loader.py``: ``load``, ``Kernel``, ``KernelBuildError``, and ``ON_BUILD``, the hooks a new
   build runs
 

@@ -13,6 +13,7 @@ import json
 import os
 
 from .build_cache import KERNELS_DIR, Sources
+from .skeletons import shipped
 
 
 def record(sources: Sources) -> None:
@@ -28,12 +29,18 @@ def record(sources: Sources) -> None:
 
 def changed_sources(course: dict) -> list[str]:
     """What changed since a notebook was executed, from its ``metadata.course``: one line per
-    kernel source that no longer exists or no longer has the hash it had then."""
+    kernel source that no longer exists or no longer has the hash it had then. An exercise file
+    is compared as the course ships it (``skeletons.json``): a learner's edit is not a change of
+    the course's sources."""
     root = KERNELS_DIR.parent
+    skeletons = shipped()
     changed = []
     for file, digest in sorted(course.get("sources", {}).items()):
         source = root / file
-        if not source.is_file():
+        if file in skeletons:
+            if skeletons[file] != digest:
+                changed.append(f"{file}'s skeleton changed since the notebook was executed")
+        elif not source.is_file():
             changed.append(f"{file} no longer exists")
         elif hashlib.sha256(source.read_bytes()).hexdigest() != digest:
             changed.append(f"{file} changed since the notebook was executed")

@@ -12,7 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 from pathlib import Path
 
 from ..measure import bench, results
@@ -88,25 +91,39 @@ class Chapter:
         ``check`` prints a line per case and either raises :class:`kernels.CheckFailed`
         (``kernels.check``) or returns False (the chapters' own checks) when a case fails. What
         a learner meets on the way, a compile error, a wrong answer, an error the op raises, is
-        printed as a FAIL verdict that says what to look at, never as a traceback: the cell is
-        meant to be rerun until it says PASS. Returns whether it passed.
+        printed as a FAIL verdict that says what to look at: the cell is meant to be rerun until
+        it says PASS. Returns whether it passed.
+
+        The skeleton as shipped fails quietly (its verdict is printed, nothing raised: the
+        exercise is not attempted, and the course's own run stores that verdict). A learner's
+        attempt that fails raises :class:`ExerciseFailed` after its verdict, with the failing
+        case in its message, so that ``pytest --nbval`` on the chapter fails with it.
         """
+        from ..build.build_cache import source_path
         from ..build.loader import KernelBuildError, load
+        from ..build.skeletons import attempted
         from ..measure.correctness import CheckFailed
 
         shown = _shown(source)
+        try:
+            mine = attempted(source_path(source))
+        except FileNotFoundError:
+            mine = False
+        printed = _Tee(sys.stdout)
         try:
             kernel = load(source)
         except KernelBuildError as error:
             print(error)  # the compiler's diagnostics, pointing at the course's files
             return _verdict(shown, "it does not compile: fix the first error above (its file and "
-                                   "line are given), then rerun this cell")
+                                   "line are given), then rerun this cell", mine, str(error))
         try:
-            passed = check(kernel) is not False
+            with contextlib.redirect_stdout(printed):
+                passed = check(kernel) is not False
         except CheckFailed as failure:
             print(failure)
             return _verdict(shown, "the case above gives a different answer from PyTorch's (the "
-                                   "cases before it pass): fix the kernel, then rerun this cell")
+                                   "cases before it pass): fix the kernel, then rerun this cell",
+                            mine, str(failure))
         except RuntimeError as error:  # from the op: a launch that cannot run, a TORCH_CHECK
             message = str(error).strip().splitlines()
             print(f"{type(error).__name__}: {message[0] if message else ''}")
@@ -114,9 +131,10 @@ class Chapter:
             return _verdict(shown, "the op raised the error above"
                             + (": the GPU context is lost after it, so restart the notebook's "
                                "kernel before rerunning" if lost else ": fix the kernel, then "
-                               "rerun this cell"))
+                               "rerun this cell"), mine, message[0] if message else "")
         if not passed:
-            return _verdict(shown, "a case above FAILs: fix the first one, then rerun this cell")
+            return _verdict(shown, "a case above FAILs: fix the first one, then rerun this cell",
+                            mine, printed.first_failure())
         print(f"PASS  {shown}: every case of the check passes")
         return True
 
@@ -144,6 +162,30 @@ def _shown(source) -> str:
     return os.fspath(source)
 
 
-def _verdict(shown: str, why: str) -> bool:
+class ExerciseFailed(AssertionError):
+    """A learner's attempt at an exercise failed its check; the message says which case."""
+
+
+class _Tee(io.TextIOBase):
+    """Stdout that also keeps what was written: the first FAIL line a check prints names the case."""
+
+    def __init__(self, out):
+        self.out, self.parts = out, []
+
+    def write(self, text):
+        self.parts.append(text)
+        return self.out.write(text)
+
+    def flush(self):
+        self.out.flush()
+
+    def first_failure(self) -> str:
+        return next((line.strip() for line in "".join(self.parts).splitlines()
+                     if line.lstrip().startswith("FAIL")), "")
+
+
+def _verdict(shown: str, why: str, attempted: bool = False, case: str = "") -> bool:
     print(f"FAIL  {shown}: {why}")
+    if attempted:
+        raise ExerciseFailed(f"{shown}: {case.strip() or why}")
     return False

@@ -1,0 +1,88 @@
+"""The exercises' skeletons as the course ships them, and whether a learner has edited one.
+
+``kernels/exercises/`` holds the files a learner edits: every ``.cu`` there, and the Python files
+that are exercises themselves (``ch8_one_collective.py``, ``ch9_model_new.py``; the ``chN_checks.py``
+are the course's checks, not exercises). ``kernels/exercises/skeletons.json`` records the SHA-256
+of each as shipped (``python -m kernels.build.skeletons --write`` after changing a skeleton), so
+that a learner's work changes nothing the course checks about itself:
+
+- a notebook's provenance compares an exercise file with the skeleton as shipped, never with the
+  learner's edit (:func:`kernels.build.provenance.changed_sources`);
+- the listings test and the compile test look at an exercise file only while it is the skeleton;
+- ``Chapter.exercise`` tells an untouched skeleton (not attempted: the cell prints the
+  skeleton's verdict, as the course's own run stored it) from an attempt, which must pass: a
+  failing attempt raises, so that ``pytest --nbval`` fails with the exercise's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from .build_cache import KERNELS_DIR
+
+EXERCISES = KERNELS_DIR / "exercises"
+MANIFEST = EXERCISES / "skeletons.json"
+NOT_EXERCISES = {"__init__.py"}  # and every *_checks.py
+
+
+def learner_files() -> list[Path]:
+    """The files of kernels/exercises/ that a learner edits, sorted."""
+    return sorted(p for p in EXERCISES.iterdir()
+                  if p.suffix in (".cu", ".py") and p.name not in NOT_EXERCISES
+                  and not p.stem.endswith("_checks"))
+
+
+def key(path: Path) -> str:
+    """A file's name in the manifest: its path from the repository's root."""
+    return Path(path).resolve().relative_to(KERNELS_DIR.parent).as_posix()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shipped() -> dict[str, str]:
+    """{path from the repository's root: SHA-256 of the skeleton as the course ships it}."""
+    return json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+
+
+def shipped_digest(path: Path) -> str | None:
+    """The skeleton's SHA-256 as shipped, or None for a file that is not an exercise."""
+    try:
+        return shipped().get(key(path))
+    except ValueError:  # outside the repository
+        return None
+
+
+def attempted(path: Path) -> bool:
+    """Whether ``path`` is an exercise file that differs from its skeleton as shipped."""
+    expected = shipped_digest(path)
+    return expected is not None and Path(path).is_file() and digest(path) != expected
+
+
+def write() -> dict[str, str]:
+    """Record the skeletons as they are now (run after changing one, never after doing one)."""
+    table = {key(p): digest(p) for p in learner_files()}
+    MANIFEST.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true",
+                        help="record the skeletons as they are now in skeletons.json")
+    parser.add_argument("--chapter", type=int, help="list only this chapter's exercise files")
+    args = parser.parse_args()
+    if args.write:
+        print(f"wrote {MANIFEST.relative_to(KERNELS_DIR.parent)}: {len(write())} skeletons")
+    for path in learner_files():
+        if args.chapter is None or path.name.startswith(f"ch{args.chapter}_"):
+            print(f"{'attempted' if attempted(path) else 'not attempted':<14} {key(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

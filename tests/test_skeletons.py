@@ -1,0 +1,74 @@
+"""The exercises' skeletons as shipped (kernels/build/skeletons.py): the manifest is current, and
+a learner's edit of an exercise file changes nothing the course checks about itself."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.build import provenance, skeletons
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISE = ROOT / "kernels/exercises/ch3_smooth_l1.cu"
+KEY = "kernels/exercises/ch3_smooth_l1.cu"
+
+
+def committed(path: Path) -> bytes | None:
+    """The file as the checkout's HEAD has it; None without git or outside a commit."""
+    run = subprocess.run(["git", "show", f"HEAD:{path.relative_to(ROOT).as_posix()}"], cwd=ROOT,
+                         capture_output=True)
+    return run.stdout if run.returncode == 0 else None
+
+
+def test_the_manifest_lists_every_exercise_file_and_nothing_else():
+    assert set(skeletons.shipped()) == {skeletons.key(p) for p in skeletons.learner_files()}
+    names = {p.name for p in skeletons.learner_files()}
+    assert {"ch3_smooth_l1.cu", "ch8_one_collective.py", "ch9_model_new.py"} <= names
+    assert not {n for n in names if n.endswith("_checks.py") or n == "__init__.py"}
+
+
+@pytest.mark.parametrize("path", skeletons.learner_files(), ids=lambda p: p.name)
+def test_the_manifest_has_each_skeleton_as_committed(path):
+    if skeletons.digest(path) == skeletons.shipped()[skeletons.key(path)]:
+        return
+    if committed(path) != path.read_bytes():
+        pytest.skip(f"{path.name} is your exercise in progress (it differs from the commit)")
+    pytest.fail(f"{path.name} changed and kernels/exercises/skeletons.json did not: run "
+                f"python -m kernels.build.skeletons --write")
+
+
+def test_attempted_compares_with_the_skeleton_as_shipped(monkeypatch):
+    real = skeletons.digest(EXERCISE)
+    monkeypatch.setattr(skeletons, "shipped", lambda: {KEY: real})
+    assert not skeletons.attempted(EXERCISE)
+    monkeypatch.setattr(skeletons, "shipped", lambda: {KEY: "0" * 64})
+    assert skeletons.attempted(EXERCISE)
+    assert not skeletons.attempted(ROOT / "kernels/ch3_block_reduction/v3_sequential.cu")
+
+
+def test_a_learners_edit_does_not_make_a_notebook_stale(monkeypatch):
+    """The notebook recorded the skeleton; the learner's file now differs from it."""
+    monkeypatch.setattr(provenance, "shipped", lambda: {KEY: "a" * 64})
+    assert skeletons.digest(EXERCISE) != "a" * 64
+    assert provenance.changed_sources({"sources": {KEY: "a" * 64}}) == []
+
+
+def test_a_changed_skeleton_makes_a_notebook_stale(monkeypatch):
+    monkeypatch.setattr(provenance, "shipped", lambda: {KEY: "b" * 64})
+    assert provenance.changed_sources({"sources": {KEY: "a" * 64}}) == [
+        f"{KEY}'s skeleton changed since the notebook was executed"]
+
+
+def test_the_listings_tool_leaves_a_learners_listing_alone(monkeypatch):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import refresh_listings
+    finally:
+        sys.path.pop(0)
+    cell = 'show_source("exercises/ch3_smooth_l1.cu")'
+    monkeypatch.setattr(refresh_listings, "attempted", lambda path: False)
+    assert not refresh_listings.shows_a_learners_edit(cell)
+    monkeypatch.setattr(refresh_listings, "attempted", lambda path: path == EXERCISE)
+    assert refresh_listings.shows_a_learners_edit(cell)
+    assert not refresh_listings.shows_a_learners_edit('show_source("ch3_block_reduction/v3_sequential.cu")')
