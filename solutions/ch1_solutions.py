@@ -35,26 +35,10 @@ import math
 import torch
 
 from kernels import Chapter, get_loss, results
+from kernels.exercises.ch1_checks import check_ce_roofline, check_mse_model, check_smooth_l1_bytes
 
 rows = Chapter("ch1").published_rows()  # the measurements the book publishes
 peak = rows[0]["peak_gbps"]
-
-
-def check_answer(what, got, expected, rtol=0.01):
-    """Print PASS, FAIL (expected vs got) or TODO for one answer; never raise."""
-    if got is None:
-        print(f"TODO: {what}: replace None by your answer above and rerun this cell")
-        return
-    try:
-        ok = math.isclose(float(got), float(expected), rel_tol=rtol)
-    except (TypeError, ValueError):
-        print(f"FAIL: {what}: expected a number, got {got!r}")
-        return
-    if ok:
-        print(f"PASS: {what}")
-    else:
-        print(f"FAIL: {what}: expected {float(expected):.6g}, got {float(got):.6g} "
-              f"(tolerance {rtol:.0%})")
 
 
 def by_size(loss, provider):
@@ -105,7 +89,7 @@ del inputs
 # %%
 n = 1 << 30
 smooth_l1_bytes = (2 * n + n) * 4 + n * 4  # element-wise: read p, t, write the losses; mean: read them
-check_answer("bytes moved by eager Smooth L1 at 2^30 elements", smooth_l1_bytes, 4 * n * 4)
+check_smooth_l1_bytes(smooth_l1_bytes)
 
 # %% tags=["nbval-ignore-output"]
 eager = at("smooth_l1", "eager", (n,))
@@ -138,11 +122,7 @@ def eager_mse_model_ms(n):
     return launch_floor_ms + eager_mse_bytes_per_element * n / (peak * 1e6)
 
 
-check_answer("bytes eager MSE moves per element", eager_mse_bytes_per_element, 24, rtol=0)
-for n in (1 << 20, 1 << 26):
-    measured = next(r for r in by_size("mse", "eager") if math.prod(r["shape"]) == n)["ms"]
-    check_answer(f"model of eager MSE at 2^{n.bit_length() - 1} elements (ms)",
-                 eager_mse_model_ms(n), measured, rtol=0.2)
+check_mse_model(eager_mse_bytes_per_element, eager_mse_model_ms, rows)
 
 # %% [markdown]
 # Against every measured size (the ratio measured / model):
@@ -179,8 +159,7 @@ shape = (32768, 4096)
 ce_bytes = get_loss("cross_entropy").min_bytes(shape)
 ce_intensity = 4 * math.prod(shape) / ce_bytes
 ce_roofline_ms = ce_bytes / (peak * 1e9) * 1e3
-check_answer("arithmetic intensity of cross-entropy", ce_intensity, 4 * 32768 * 4096 / ce_bytes)
-check_answer("roofline time of cross-entropy (ms)", ce_roofline_ms, ce_bytes / peak / 1e6)
+check_ce_roofline(ce_intensity, ce_roofline_ms, peak)
 
 # %% tags=["nbval-ignore-output"]
 print(f"roofline {ce_roofline_ms:.3f} ms at {peak:.0f} GB/s")

@@ -5,7 +5,8 @@
 
 The ``.py`` twin is what we edit and review (notebooks diff badly); the ``.ipynb`` is what
 Jupyter, Colab, nbval and the book read. Outputs of a cell survive a sync when its source is
-unchanged; a changed cell loses its outputs until the notebook is executed again on a GPU.
+unchanged; a changed cell loses its outputs until the notebook is executed again on a GPU
+(or, where every changed cell is a CPU cell, until tools/fill_cpu_cells.py runs them).
 """
 
 from __future__ import annotations
