@@ -187,5 +187,5 @@ class _Tee(io.TextIOBase):
 def _verdict(shown: str, why: str, attempted: bool = False, case: str = "") -> bool:
     print(f"FAIL  {shown}: {why}")
     if attempted:
-        raise ExerciseFailed(f"{shown}: {case.strip() or why}")
+        raise ExerciseFailed(f"{shown}: {case.strip() or why}") from None
     return False
