@@ -569,6 +569,19 @@ class ModelNew(torch.nn.Module):
     assert found == {(1, "failure"), (5, "warning"), (6, "failure"), (7, "failure"), (9, "failure")}
 
 
+@pytest.mark.parametrize("line", [
+    "nonce = sys._getframe(3).f_locals['nonce']",
+    "frame = inspect_module.currentframe().f_back",
+    "g = self.forward.__globals__",
+    "gc_module = __import__('gc')",
+    "mod = importlib.import_module('g' + 'c')",
+])
+def test_static_checks_reject_the_ways_to_another_frame_or_a_hidden_import(line):
+    source = f"import sys, importlib, torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n        {line}\n"
+    assert any(f.line == 4 and "reaches outside the program" in f.why and f.severity == "failure"
+               for f in kb.check_source(source))
+
+
 def test_static_checks_leave_an_honest_kernel_alone():
     """What an honest ModelNew does: allocate, view, make contiguous, expand, call its extension,
     add up its own partial sums; and the course's entries."""

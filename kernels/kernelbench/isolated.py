@@ -7,8 +7,12 @@ CUDA context (a device-side assert) is a FAIL with the reason, never a dead note
 The child reads its job from standard input before it loads the program, runs
 :func:`~.evaluate.evaluate`, and prints the result on one line that starts with a nonce from the
 job: the parent reads only that line, so whatever the program prints cannot pass for a verdict.
-The program shares its process with the checks there; one that reads the validator's memory
-(``gc``, ``inspect``, ``ctypes``) is what the static checks reject.
+The program shares its process with the checks there, and the nonce sits in the child's frame:
+a program that walks frames or reads the validator's memory could find it. The static checks
+reject the ways to do that in Python (``gc``, ``inspect``, ``ctypes``, ``sys._getframe``,
+``f_back``, ``__globals__``, hidden imports); C++ in an extension is beyond them. The stronger
+design, the program in a process that returns only its outputs and the verdict computed in the
+parent, is not built.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ Each finding names the line. A *failure* fails the evaluation; a *warning* becom
   half the bytes, and an answer that is only as close as the rounding;
 - failure: ``forward`` catches exceptions (a kernel that fails must fail the trial, not fall back);
 - failure: the source starts threads or processes, assigns to an attribute of a module
-  (``torch.cuda.synchronize = ...``: timing and checks read those), or imports what reaches into
-  the validator (``kernels``, ``gc``, ``inspect``, ``ctypes``);
+  (``torch.cuda.synchronize = ...``: timing and checks read those), imports what reaches into
+  the validator (``kernels``, ``gc``, ``inspect``, ``ctypes``), or reaches another frame or a
+  hidden import (``sys._getframe``, ``f_back``, ``__globals__``, ``__import__``, ...);
 - warning: the source creates CUDA streams (legitimate if the current stream waits for them: the
   timing's stream check decides).
 
@@ -38,6 +39,10 @@ THREADS = {"threading", "_thread", "concurrent", "multiprocessing", "asyncio"}
 REACHING = {"kernels", "gc", "inspect", "ctypes"}
 STREAMS = {"Stream", "stream", "ExternalStream"}
 TORCH_ROOTS = {"torch", "F", "nn", "functional"}
+# Ways to another frame's variables (the isolated child's nonce, the checks' references) or to a
+# module the imports above do not show.
+OUTSIDE = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "tb_frame", "gi_frame",
+           "cr_frame", "__globals__", "__import__", "import_module"}
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,13 @@ def _module_rules(tree, lines, offset, found):
             elif chain[:1] == ["torch"] and chain[-1:] and chain[-1] in STREAMS:
                 add(node, "warning", "creates a CUDA stream: its work counts only if the current "
                                      "stream waits for it (the timing checks)")
-            elif chain[:2] == ["sys", "_getframe"] or chain[-1:] == ["fork"]:
+            elif chain[-1:] == ["fork"]:
                 add(node, "failure", f"{'.'.join(chain)}: reaches outside the program")
+        if isinstance(node, (ast.Attribute, ast.Name)) and \
+                (node.attr if isinstance(node, ast.Attribute) else node.id) in OUTSIDE:
+            add(node, "failure", f"uses {node.attr if isinstance(node, ast.Attribute) else node.id}: "
+                                 f"reaches outside the program (another frame's variables, or a "
+                                 f"module imported out of sight)")
 
 
 def _torch_names(tree) -> set[str]:
