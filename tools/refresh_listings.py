@@ -47,6 +47,8 @@ def shows_a_learners_edit(source: str) -> bool:
     """Whether a listing cell shows an exercise file that a learner has edited: its stored
     output is the skeleton's, and stays so (kernels/build/skeletons.py)."""
     call = ast.parse(source).body[0].value
+    if not call.args:
+        return False
     shown = eval(compile(ast.Expression(call.args[0]), "<listing>", "eval"), dict(NAMESPACE))
     try:
         return attempted(source_path(shown))
