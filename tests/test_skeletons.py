@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernels.build import provenance, skeletons
+from kernels.build.build_cache import source_path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE = ROOT / "kernels/exercises/ch3_smooth_l1.cu"
@@ -45,6 +46,8 @@ def test_attempted_compares_with_the_skeleton_as_shipped(monkeypatch):
     monkeypatch.setattr(skeletons, "shipped", lambda: {KEY: "0" * 64})
     assert skeletons.attempted(EXERCISE)
     assert not skeletons.attempted(ROOT / "kernels/ch3_block_reduction/v3_sequential.cu")
+    assert skeletons.attempted("exercises/ch3_smooth_l1.cu")  # named as load() takes it
+    assert not skeletons.attempted("exercises/no_such_file.cu")
 
 
 def test_a_learners_edit_does_not_make_a_notebook_stale(monkeypatch):
@@ -69,6 +72,6 @@ def test_the_listings_tool_leaves_a_learners_listing_alone(monkeypatch):
     cell = 'show_source("exercises/ch3_smooth_l1.cu")'
     monkeypatch.setattr(refresh_listings, "attempted", lambda path: False)
     assert not refresh_listings.shows_a_learners_edit(cell)
-    monkeypatch.setattr(refresh_listings, "attempted", lambda path: path == EXERCISE)
+    monkeypatch.setattr(refresh_listings, "attempted", lambda source: source_path(source) == EXERCISE)
     assert refresh_listings.shows_a_learners_edit(cell)
     assert not refresh_listings.shows_a_learners_edit('show_source("ch3_block_reduction/v3_sequential.cu")')

@@ -21,7 +21,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.build.build_cache import source_path  # noqa: E402
 from kernels.build.skeletons import attempted  # noqa: E402
 from kernels.course.book import notebooks  # noqa: E402
 from kernels.course.notebook import show_source  # noqa: E402
@@ -49,11 +48,7 @@ def shows_a_learners_edit(source: str) -> bool:
     call = ast.parse(source).body[0].value
     if not call.args:
         return False
-    shown = eval(compile(ast.Expression(call.args[0]), "<listing>", "eval"), dict(NAMESPACE))
-    try:
-        return attempted(source_path(shown))
-    except FileNotFoundError:
-        return False
+    return attempted(eval(compile(ast.Expression(call.args[0]), "<listing>", "eval"), dict(NAMESPACE)))
 
 
 def listing_output(source: str, execution_count) -> dict:

@@ -13,7 +13,7 @@ import json
 import os
 
 from .build_cache import KERNELS_DIR, Sources
-from .skeletons import shipped
+from .skeletons import digest, shipped
 
 
 def record(sources: Sources) -> None:
@@ -35,13 +35,13 @@ def changed_sources(course: dict) -> list[str]:
     root = KERNELS_DIR.parent
     skeletons = shipped()
     changed = []
-    for file, digest in sorted(course.get("sources", {}).items()):
+    for file, recorded in sorted(course.get("sources", {}).items()):
         source = root / file
         if file in skeletons:
-            if skeletons[file] != digest:
+            if skeletons[file] != recorded:
                 changed.append(f"{file}'s skeleton changed since the notebook was executed")
         elif not source.is_file():
             changed.append(f"{file} no longer exists")
-        elif hashlib.sha256(source.read_bytes()).hexdigest() != digest:
+        elif digest(source) != recorded:
             changed.append(f"{file} changed since the notebook was executed")
     return changed

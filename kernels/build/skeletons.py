@@ -21,7 +21,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .build_cache import KERNELS_DIR
+from .build_cache import KERNELS_DIR, source_path
 
 EXERCISES = KERNELS_DIR / "exercises"
 MANIFEST = EXERCISES / "skeletons.json"
@@ -49,18 +49,15 @@ def shipped() -> dict[str, str]:
     return json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
 
 
-def shipped_digest(path: Path) -> str | None:
-    """The skeleton's SHA-256 as shipped, or None for a file that is not an exercise."""
+def attempted(source) -> bool:
+    """Whether ``source`` (a path, or a name relative to ``kernels/`` as ``load`` takes it) is an
+    exercise file that differs from its skeleton as shipped."""
     try:
-        return shipped().get(key(path))
-    except ValueError:  # outside the repository
-        return None
-
-
-def attempted(path: Path) -> bool:
-    """Whether ``path`` is an exercise file that differs from its skeleton as shipped."""
-    expected = shipped_digest(path)
-    return expected is not None and Path(path).is_file() and digest(path) != expected
+        path = source_path(source)
+        expected = shipped().get(key(path))
+    except (FileNotFoundError, ValueError):  # no such file, or outside the repository
+        return False
+    return expected is not None and digest(path) != expected
 
 
 def write() -> dict[str, str]:

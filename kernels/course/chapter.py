@@ -99,16 +99,12 @@ class Chapter:
         attempt that fails raises :class:`ExerciseFailed` after its verdict, with the failing
         case in its message, so that ``pytest --nbval`` on the chapter fails with it.
         """
-        from ..build.build_cache import source_path
         from ..build.loader import KernelBuildError, load
         from ..build.skeletons import attempted
         from ..measure.correctness import CheckFailed
 
         shown = _shown(source)
-        try:
-            mine = attempted(source_path(source))
-        except FileNotFoundError:
-            mine = False
+        mine = attempted(source)
         printed = _Tee(sys.stdout)
         try:
             kernel = load(source)

@@ -46,7 +46,7 @@ def check_smooth_l1_bytes(answer) -> None:
     """Exercise 1.1: the bytes eager Smooth L1's kernels move at 2^30 float32 elements."""
     # The element-wise kernel reads p and t and writes the losses; the mean reads the losses.
     check_answer("bytes moved by eager Smooth L1 at 2^30 elements", answer,
-                        (2 + 1 + 1) * 4 * ELEMENTS)
+                 (2 + 1 + 1) * 4 * ELEMENTS)
 
 
 def check_mse_model(bytes_per_element, model_ms, rows) -> None:
