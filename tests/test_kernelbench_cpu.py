@@ -518,7 +518,11 @@ def test_subsamples_pass_kernelbench_and_fail_coverage_at_a_size_where_the_mean_
 
 
 def test_a_downcast_fails_the_offset_and_scale_trial():
-    result = run(94, kb.cheats(94)["reads bfloat16"].model)
+    """At 512 x 512: the rounding's shift of the loss (h^2 / 6) stands clear of the sampling noise
+    of the cross term 2 mean((p - t) e), which at the 48 x 40 of the other tests is of the same size
+    (2.5% of secret seeds passed there)."""
+    problem = kb.PROBLEMS[94].resized(batch_size=512, dim=512)
+    result = kb.evaluate(problem, kb.cheats(94)["reads bfloat16"].model, device="cpu")
     assert result.kernelbench_passed and "offset and scale" in failed_checks(result), result.verdict
     why = dict((c.split(" (")[0], w) for c, w in result.failures)["offset and scale"]
     assert "are the inputs read at full precision?" in why
