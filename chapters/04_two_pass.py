@@ -387,6 +387,28 @@ del pred, target
 # $2^{14}$ elements) get one block of 1024 threads that writes the mean itself: at $2^{12}$
 # elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
 # single program.
+#
+# Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
+# tens of microseconds and the first version 5 was a few percent to a sixth slower than
+# `torch.compile`:
+#
+# - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
+#   first grid, then launches the second: a few microseconds that matter when the whole sum takes
+#   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued
+#   with `cudaLaunchKernelEx` and the attribute `cudaLaunchAttributeProgrammaticStreamSerialization`,
+#   each pass-1 block says `griddepcontrol.launch_dependents` (PTX) as it starts, and pass 2's
+#   block, already resident, waits at `griddepcontrol.wait` until pass 1 has finished and its
+#   partials are visible. The wait moves from the stream to the device. On older GPUs the
+#   launcher asks the device's compute capability and launches pass 2 the ordinary way.
+# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{25}$ elements pass 1 reads with
+#   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
+#   read again do not push out lines that are still wanted, such as dirty lines waiting for
+#   write-back. Larger inputs read with plain loads, which measured faster there (version 3's
+#   `kPlainLoadsFrom` found the same).
+#
+# Each change is a switch in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
+# `bench/v5_ablation.py` can build version 5 without one of them and time the three builds
+# beside `torch.compile`. Its table is after the measurements below.
 
 # %%
 show_source("ch4_two_pass/v5_block_tiles.cu")
@@ -478,31 +500,42 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # What we expected: at large sizes a second launch is a few microseconds against
 # milliseconds of reading, and at small sizes a launch is most of the time, where one launch
 # should win. What the measurements show: version 3's single launch gains nothing consistent
-# over version 2 on this GPU. Version 3 is ahead at $2^{12}$ elements and behind at $2^{14}$, and
-# from $2^{16}$ on the two are within a few percent of each other at most sizes. The benchmark keeps the GPU busy while the host launches (chapter 1,
-# `kernels.bench.time_ms`), so a second launch queued behind the first costs little GPU time,
-# and version 3's timed entry points put a memset on the stream before their kernel anyway.
-# What made the difference is the shape of the work: version 5, with Inductor's grid, is the
-# fastest of the five at most sizes for all three losses (the count above), so it is the
-# chapter's final kernel. At the largest sizes it is level with or ahead of `torch.compile` and,
-# for MSE, `torch.sum` of the two inputs (the margins, and their spread, are measured below);
-# and at the smallest its single block is the fastest of our versions. From $2^{18}$ to $2^{24}$ elements it is a few
-# percent to about 17 percent behind versions 2 and 3: its tiles of at least 4096 elements make fewer work
-# units than their 512-element warp tiles, and smaller block tiles (tried: 1024 and 2048) or a
-# smaller final block did not help (`bench/PERFLOG.md`). The plots and the choice come from
-# the same CSV, `book/results/ch4.csv`.
+# over version 2 on this GPU. The benchmark keeps the GPU busy while the host launches
+# (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind the first costs little
+# GPU time, and version 3's timed entry points put a memset on the stream before their kernel
+# anyway. What made the difference is the shape of the work: version 5, with Inductor's grid,
+# a single block for small inputs, a second pass that starts early and evict-first loads at the
+# middle sizes, is the fastest of the three at almost every size for all three losses (the
+# count above), so it is the chapter's final kernel. The plots and the choice come from the same
+# CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
-# `torch.compile`, version 5 is ahead by 4-6% at $2^{26}$ and $2^{28}$ elements for MSE and
-# Smooth L1 and at $2^{28}$ for Hinge; it is level with it (under 1%) for Hinge at $2^{26}$ and
-# for all three at $2^{30}$ (the spread below). Below
-# that, `torch.compile`'s generated kernels are ahead at most sizes, by a few percent to about
-# 20 percent: at $2^{12}$ elements its single program is cheaper than our single block, and from
-# $2^{16}$ to $2^{24}$ its first kernel is faster than our pass 1 (at $2^{20}$ and $2^{22}$ the
-# profiler's kernel times in `bench/PERFLOG.md` show it). Version 5 is ahead at $2^{14}$
-# elements, where its single block does the whole sum. `bench/reduction_targets.py` prints
-# these ratios size by size.
-#
+# `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s, from
+# `bench/v5_ablation.py`'s run, and the chapter's own sweep): at most sizes version 5 is
+# ahead. At $2^{12}$ elements `torch.compile`'s single program is still ahead of our single
+# block. At a few middle sizes (Smooth L1 from $2^{18}$ to $2^{22}$ elements, Hinge at $2^{16}$ in
+# the sweep) `torch.compile` comes out a few percent ahead in one run and not in the other: a
+# margin inside the spread of two runs of the same kernel. The columns without a switch show what each change buys: the ordinary launch
+# of pass 2 costs about a microsecond from $2^{16}$ elements up, and plain loads cost the most
+# at $2^{22}$ and $2^{24}$ elements. `bench/reduction_targets.py` prints these ratios size by
+# size against its PASS/MISS targets.
+
+# %% tags=["nbval-ignore-output"]
+# bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
+ablation = results.read_rows("v5_ablation", results.PUBLISHED_DIR / "v5_ablation.csv")
+Markdown("**MSE**, time / `torch.compile`\n\n"
+         + results.ratio_table(ablation, ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"],
+                               "mse", "torch.compile")
+         + "\n\n**Hinge**, time / `torch.compile`\n\n"
+         + results.ratio_table(ablation, ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"],
+                               "hinge", "torch.compile"))
+
+# %% tags=["nbval-ignore-output"]
+# The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.
+Markdown("\n\n".join(f"**{loss}**\n\n" + results.ratio_table(rows, ["v5"], loss, "torch.compile")
+                       for loss in ("mse", "smooth_l1", "hinge")))
+
+# %% [markdown]
 # ## Small margins, and a line that can be crossed
 #
 # At the largest sizes version 5, `torch.compile` and `torch.sum` are within a few percent of

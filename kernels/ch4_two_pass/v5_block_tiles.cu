@@ -17,9 +17,16 @@
 // Also new: up to kOneBlockMax elements, one block of 1024 threads reads everything and writes
 // the mean: no partials in memory, no second launch (at 2^12 elements version 3's kernel took
 // 4.3 µs, torch.compile's single program 1.8 µs).
-// Still slow: from 2^20 to 2^24 elements pass 1 takes 5-15% longer than Inductor's first kernel
-// (and than version 2's warp tiles at 2^22-2^24); smaller tiles (1024, 2048) and a smaller pass-2
-// block did not help (bench/PERFLOG.md). Below that, the time is one launch's latency.
+// Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, two more changes:
+//  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
+//    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
+//    stream, so the launch latency of the second kernel hides behind pass 1's last blocks;
+//  - from 2^21 to 2^25 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
+//    reductions do: lines read once leave L2 first. Larger inputs read plain loads, measured
+//    faster there (chapter 4's version 3 found the same).
+// bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
+// times what each buys. Tile sizes (4096-16384) and a warp per tile changed nothing measurable.
+// Still slow: at 2^12 elements the single block takes 5-9% longer than Inductor's program.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,6 +36,13 @@
 #include "losses.cuh"
 #include "reduce.cuh"
 
+#ifndef DEPENDENT_LAUNCH  // 0: pass 2 is an ordinary launch (bench/v5_ablation.py)
+#define DEPENDENT_LAUNCH 1
+#endif
+#ifndef STREAM_LOADS  // 0: plain loads at every size (bench/v5_ablation.py)
+#define STREAM_LOADS 1
+#endif
+
 constexpr int kThreads = 512;              // threads per block of pass 1
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
 constexpr int64_t kMinTile = 4096;         // elements per tile, at least
@@ -37,6 +51,8 @@ constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
 constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements
+constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
+constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
 // Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
 // an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4) holds 1024.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -63,12 +79,17 @@ static int64_t grid_cap() {
     return cap;
 }
 
+template <bool kStream, class T> __device__ __forceinline__ T read(const T* p) {
+    return kStream ? __ldcs(p) : *p;
+}
+
 // This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
 // range, in whole steps of kLoads per input (all issued before any arithmetic, no bounds checks),
-// then the vectors left one at a time, then the last 0-3 elements.
+// then the vectors left one at a time, then the last 0-3 elements. kStream: evict-first loads.
 // vector: pred and target are 16-byte aligned, and start is a multiple of 4 (so is a broadcast
-// target's length). A broadcast target repeats with period target_len (< 2^31 then).
-template <class Loss, bool kBroadcast, int kBlock, int kLoads>
+// target's length). A broadcast target repeats with period target_len (< 2^31 then), and stays
+// in the caches: it is read with __ldg whatever kStream says.
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kStream = false>
 __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, bool vector) {
     const Loss loss;
     float acc = 0.0f;
@@ -79,7 +100,7 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
         const uint32_t period = static_cast<uint32_t>(a.target_len);
         const uint32_t base = kBroadcast ? static_cast<uint32_t>(start % a.target_len) : 0;
         auto target_at = [&](int v) {  // a broadcast target: 32-bit index arithmetic
-            return kBroadcast ? __ldg(target + (base + 4u * v) % period / 4) : target[v];
+            return kBroadcast ? __ldg(target + (base + 4u * v) % period / 4) : read<kStream>(target + v);
         };
         const int nvec = static_cast<int>((end - start) / 4);  // a tile: < 2^31 vectors
         int v = threadIdx.x;
@@ -87,7 +108,7 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
             float4 p[kLoads], t[kLoads];
 #pragma unroll
             for (int u = 0; u < kLoads; ++u) {
-                p[u] = pred[v + u * kBlock];
+                p[u] = read<kStream>(pred + v + u * kBlock);
                 t[u] = target_at(v + u * kBlock);
             }
 #pragma unroll
@@ -96,7 +117,7 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
                        (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
         }
         for (; v < nvec; v += kBlock) {
-            const float4 p = pred[v], t = target_at(v);
+            const float4 p = read<kStream>(pred + v), t = target_at(v);
             acc += (loss(p.x, t.x) + loss(p.y, t.y)) + (loss(p.z, t.z) + loss(p.w, t.w));
         }
         scalars_from = start + 4 * nvec;
@@ -106,15 +127,30 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
     return acc;
 }
 
+// Programmatic dependent launch (sm_90 on; PTX griddepcontrol): pass 1 lets the kernel queued
+// after it start early, and pass 2 waits until pass 1 has finished and its writes are visible.
+// Both are no-ops in a kernel launched without the attribute, and compiled out before sm_90.
+__device__ __forceinline__ void let_next_kernel_start() {
+#if DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Pass 1: one float partial per tile.
-template <class Loss, bool kBroadcast>
+template <class Loss, bool kBroadcast, bool kStream>
 __global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
 tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elems, bool vector) {
+    let_next_kernel_start();  // pass 2 may now be scheduled; it waits for this grid on the device
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t start = tile * tile_elems;
         const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
         const float sum = block_sum<kThreads>(
-            thread_sum<Loss, kBroadcast, kThreads, kUnroll>(a, start, end, vector));
+            thread_sum<Loss, kBroadcast, kThreads, kUnroll, kStream>(a, start, end, vector));
         if (threadIdx.x == 0) partials[tile] = sum;
     }
 }
@@ -123,6 +159,7 @@ tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elem
 static_assert(kFinalThreads == 1024, "the last step reads one sum per lane of warp 0");
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
+    wait_for_previous_kernel();
     const float4* vectors = reinterpret_cast<const float4*>(partials);  // 16-byte aligned
     const int64_t nvec = count / 4;
     double acc = 0.0;
@@ -143,6 +180,35 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
     if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / a.n);
 }
 
+// Pass 2 queued as a programmatic dependent launch where the GPU has it (compute capability 9
+// on; asked once per device), an ordinary launch elsewhere.
+static bool dependent_launch_supported() {
+    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    cudaGetDevice(&device);
+    if (!DEPENDENT_LAUNCH || device >= 64) return false;
+    if (cached[device] == 0) {
+        int major = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        cached[device] = major >= 9 ? 2 : 1;
+    }
+    return cached[device] == 2;
+}
+
+static cudaError_t launch_finish(const float* partials, int64_t count, int64_t n, float* out,
+                                 cudaStream_t stream) {
+    cudaLaunchAttribute early[1];
+    early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(kFinalThreads);
+    config.stream = stream;
+    config.attrs = early;
+    config.numAttrs = dependent_launch_supported() ? 1 : 0;
+    return cudaLaunchKernelEx(&config, finish_mean, partials, count, n, out);
+}
+
 template <class Loss, bool kBroadcast>
 static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
     if (a->n <= kOneBlockMax) {
@@ -154,10 +220,14 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
     int64_t blocks = tiles;
     if (grid_cap() > 0 && blocks > grid_cap()) blocks = grid_cap();
     float* partials = static_cast<float*>(a->workspace);  // 256-byte aligned
-    tile_partials<Loss, kBroadcast><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        *a, partials, tiles, tile_elems, vector);
-    finish_mean<<<1, kFinalThreads, 0, stream>>>(partials, tiles, a->n, a->out);
-    return cudaGetLastError();
+    const bool stream_loads = STREAM_LOADS && a->n >= kStreamFrom && a->n < kStreamBelow;
+    auto pass1 = stream_loads ? tile_partials<Loss, kBroadcast, true>
+                              : tile_partials<Loss, kBroadcast, false>;
+    pass1<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(*a, partials, tiles, tile_elems,
+                                                                   vector);
+    const cudaError_t error = cudaGetLastError();
+    if (error != cudaSuccess) return error;
+    return launch_finish(partials, tiles, a->n, a->out, stream);
 }
 
 template <class Loss>

@@ -115,6 +115,23 @@ def markdown_table(rows, providers, loss: str) -> str:
     return "\n".join(lines)
 
 
+def ratio_table(rows, providers, loss: str, baseline: str) -> str:
+    """A Markdown table: one line per size, each provider's time divided by ``baseline``'s
+    (below 1.00: faster than the baseline), with the baseline's time in µs."""
+    rows = select(rows, loss=loss)
+    shapes = sorted({r["shape"] for r in rows}, key=math.prod)
+    lines = ["| elements | " + baseline + " µs | " + " | ".join(f"{p} / {baseline}" for p in providers)
+             + " |", "|" + "---|" * (len(providers) + 2)]
+    for shape in shapes:
+        ms = {r["provider"]: r["ms"] for r in select(rows, shape=shape)}
+        if baseline not in ms:
+            continue
+        cells = [f"{math.prod(shape):,}", f"{1e3 * ms[baseline]:.1f}"]
+        cells += [f"{ms[p] / ms[baseline]:.2f}" if p in ms else "–" for p in providers]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def speedup_table(rows, providers, loss: str, shape, baseline: str) -> str:
     """Step and cumulative speed-up of each provider at one shape (the reduction ladder table)."""
     rows = select(rows, loss=loss, shape=tuple(shape))
