@@ -340,6 +340,24 @@ def test_sizes_span_2_12_to_2_30():
     assert all(b == 4 * a for a, b in zip(bench.SIZES, bench.SIZES[1:]))
 
 
+@pytest.mark.parametrize("gib, largest", [
+    (None, 1 << 30),  # no GPU: the published sizes
+    (80, 1 << 30),    # H100
+    (24, 1 << 30),    # RTX 4090: 16 GiB of eager temporaries fit in 80% of 24
+    (15, 1 << 29),    # Colab's T4: 2^30 needs 16 GiB, 2^29 fits
+    (8, 1 << 28),
+])
+def test_sweeps_stop_where_eager_temporaries_fit(gib, largest):
+    limit = bench.sweep_limit(gib and gib << 30)
+    assert limit == largest
+    assert limit * bench.EAGER_BYTES_PER_ELEMENT <= bench.MEMORY_SHARE * (gib or 80) * 2**30
+
+
+def test_the_environment_sets_the_largest_size(monkeypatch):
+    monkeypatch.setenv("KERNELS_MAX_ELEMENTS", str(1 << 20))
+    assert bench._max_elements() == 1 << 20
+
+
 # --- losses ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, shape, element_size, expected", [

@@ -18,7 +18,6 @@ from ..losses import get_loss
 # A validation run (pytest --nbval, whose checks ignore timings) may ask for fewer repetitions
 # and smaller sizes; published measurements use the defaults.
 REPS = int(os.environ.get("KERNELS_BENCH_REPS", 100))
-MAX_ELEMENTS = int(os.environ.get("KERNELS_MAX_ELEMENTS", 1 << 30))
 
 # GPU clock cycles of the sleep queued before each timed call (about 0.1 ms at H100 clocks).
 LEAD_CYCLES = 200_000
@@ -27,8 +26,50 @@ LEAD_CYCLES = 200_000
 # longer than the host takes to launch them.
 QUEUE_CYCLES = 50_000_000
 
-# Problem sizes of the throughput plots: 2^12 to 2^30 elements.
-SIZES = tuple(1 << k for k in range(12, 31, 2) if 1 << k <= MAX_ELEMENTS)
+# Problem sizes of the throughput plots: 2^12 to 2^30 elements, a step of 4x, up to MAX_ELEMENTS.
+# Both are computed on first use (module __getattr__ below), from $KERNELS_MAX_ELEMENTS or else
+# from the GPU's memory, so that importing the toolkit never touches the GPU.
+LARGEST = 1 << 30
+# Eager PyTorch's MSE holds the two inputs, p - t and its square at once: four float32 values per
+# element (Smooth L1 and Hinge no more). The sweep stops where that fits in this share of memory.
+EAGER_BYTES_PER_ELEMENT = 16
+MEMORY_SHARE = 0.8
+
+
+def sweep_limit(total_bytes: int | None) -> int:
+    """The largest power of two up to 2^30 elements whose eager temporaries fit in
+    ``MEMORY_SHARE`` of ``total_bytes`` (no GPU: 2^30)."""
+    limit = LARGEST
+    if total_bytes:
+        while limit > 1 << 12 and limit * EAGER_BYTES_PER_ELEMENT > MEMORY_SHARE * total_bytes:
+            limit //= 2
+    return limit
+
+
+def _max_elements() -> int:
+    if os.environ.get("KERNELS_MAX_ELEMENTS"):
+        return int(os.environ["KERNELS_MAX_ELEMENTS"])
+    import torch
+
+    if not torch.cuda.is_available():
+        return LARGEST
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    limit = sweep_limit(properties.total_memory)
+    if limit < LARGEST:
+        largest = max(1 << k for k in range(12, 31, 2) if 1 << k <= limit)
+        print(f"kernels.bench: {properties.name} has {properties.total_memory / 2**30:.1f} GiB, so "
+              f"the sweeps stop at 2^{largest.bit_length() - 1} elements (eager PyTorch holds "
+              f"{EAGER_BYTES_PER_ELEMENT} bytes per element at once); KERNELS_MAX_ELEMENTS overrides")
+    return limit
+
+
+def __getattr__(name: str):
+    if name in ("MAX_ELEMENTS", "SIZES"):
+        limit = _max_elements()
+        globals()["MAX_ELEMENTS"] = limit
+        globals()["SIZES"] = tuple(1 << k for k in range(12, 31, 2) if 1 << k <= limit)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def gbps(nbytes: int, ms: float) -> float:
