@@ -523,12 +523,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
 ablation = results.read_rows("v5_ablation", results.PUBLISHED_DIR / "v5_ablation.csv")
-Markdown("**MSE**, time / `torch.compile`\n\n"
-         + results.ratio_table(ablation, ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"],
-                               "mse", "torch.compile")
-         + "\n\n**Hinge**, time / `torch.compile`\n\n"
-         + results.ratio_table(ablation, ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"],
-                               "hinge", "torch.compile"))
+builds = ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"]
+Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
+                       + results.ratio_table(ablation, builds, loss, "torch.compile")
+                       for loss in ("mse", "hinge")))
 
 # %% tags=["nbval-ignore-output"]
 # The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.
