@@ -35,10 +35,10 @@ def build_all(folder: Path) -> dict:
     """Each build's ops: the same source with its switch defined before the file's own text."""
     from kernels import load
 
-    kernels = {}
+    text, kernels = SOURCE.read_text(), {}
     for label, defines in BUILDS.items():
         path = folder / (label.replace(", ", "_").replace(" ", "_") + ".cu")
-        path.write_text(defines + SOURCE.read_text())
+        path.write_text(defines + text)
         kernels[label] = load(path)
     return kernels
 

@@ -341,7 +341,7 @@ for spec, limit in (("kernels.kernelbench.cheats:Crash", 300), ("kernels.kernelb
 # (one more pass, never a wrong answer):
 
 # %%
-show_source("kernelbench/entries.py", "class CourseMSE", "COURSE_ENTRIES = ")
+show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 
 # %% [markdown]
 # **What to expect.** Every one of these problems is memory-bound: the time is the bytes moved

@@ -17,40 +17,36 @@ def course_ops():
     return _OPS
 
 
-class CourseMSE(torch.nn.Module):
-    """Problem 94 with chapter 6's fused MSE (kernels/ch6_operators/fused_losses.cu)."""
+class CourseEntry(torch.nn.Module):
+    """What every entry shares: the course's operators, in ``self.ops``."""
 
     def __init__(self):
         super().__init__()
         self.ops = course_ops()
+
+
+class CourseMSE(CourseEntry):
+    """Problem 94 with chapter 6's fused MSE (kernels/ch6_operators/fused_losses.cu)."""
 
     def forward(self, predictions, targets):
         return self.ops.mse(predictions, targets)
 
 
-class CourseCrossEntropy(torch.nn.Module):
+class CourseCrossEntropy(CourseEntry):
     """Problem 95 with chapter 5's fused cross-entropy (kernels/ch5_cross_entropy/v3_fused_rows.cu)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = course_ops()
 
     def forward(self, predictions, targets):
         return self.ops.cross_entropy(predictions, targets)
 
 
-class CourseHuber(torch.nn.Module):
+class CourseHuber(CourseEntry):
     """Problem 96 with chapter 6's fused Smooth L1: beta = 1, the Huber loss with delta = 1."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = course_ops()
 
     def forward(self, predictions, targets):
         return self.ops.smooth_l1(predictions, targets, beta=1.0)
 
 
-class CourseHinge(torch.nn.Module):
+class CourseHinge(CourseEntry):
     """Problem 100 with chapter 6's fused Hinge.
 
     The course's op takes a target of the predictions' shape, or one row of their last dimension
@@ -58,10 +54,6 @@ class CourseHinge(torch.nn.Module):
     targets against (N, N) predictions. Any other broadcastable target (say (N, 1), a label per
     row) is expanded to the predictions' shape first: one more pass, never a wrong answer.
     """
-
-    def __init__(self):
-        super().__init__()
-        self.ops = course_ops()
 
     def forward(self, predictions, targets):
         if torch.broadcast_shapes(predictions.shape, targets.shape) != predictions.shape:

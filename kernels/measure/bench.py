@@ -26,9 +26,9 @@ LEAD_CYCLES = 200_000
 # longer than the host takes to launch them.
 QUEUE_CYCLES = 50_000_000
 
-# Problem sizes of the throughput plots: 2^12 to 2^30 elements, a step of 4x, up to MAX_ELEMENTS.
-# Both are computed on first use (module __getattr__ below), from $KERNELS_MAX_ELEMENTS or else
-# from the GPU's memory, so that importing the toolkit never touches the GPU.
+# SIZES, the problem sizes of the throughput plots: 2^12 to 2^30 elements, a step of 4x, up to
+# $KERNELS_MAX_ELEMENTS or else what the GPU's memory holds. Computed on first use (module
+# __getattr__ below), so that importing the toolkit never touches the GPU.
 LARGEST = 1 << 30
 # Eager PyTorch's MSE holds the two inputs, p - t and its square at once: four float32 values per
 # element (Smooth L1 and Hinge no more). The sweep stops where that fits in this share of memory.
@@ -56,7 +56,7 @@ def _max_elements() -> int:
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     limit = sweep_limit(properties.total_memory)
     if limit < LARGEST:
-        largest = max(1 << k for k in range(12, 31, 2) if 1 << k <= limit)
+        largest = 1 << 2 * ((limit.bit_length() - 1) // 2)  # the last even power of two, as SIZES
         print(f"kernels.bench: {properties.name} has {properties.total_memory / 2**30:.1f} GiB, so "
               f"the sweeps stop at 2^{largest.bit_length() - 1} elements (eager PyTorch holds "
               f"{EAGER_BYTES_PER_ELEMENT} bytes per element at once); KERNELS_MAX_ELEMENTS overrides")
@@ -64,11 +64,10 @@ def _max_elements() -> int:
 
 
 def __getattr__(name: str):
-    if name in ("MAX_ELEMENTS", "SIZES"):
+    if name == "SIZES":
         limit = _max_elements()
-        globals()["MAX_ELEMENTS"] = limit
         globals()["SIZES"] = tuple(1 << k for k in range(12, 31, 2) if 1 << k <= limit)
-        return globals()[name]
+        return globals()["SIZES"]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
