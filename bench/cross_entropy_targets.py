@@ -4,8 +4,9 @@
 
 Times, side by side on the same inputs: eager ``F.cross_entropy``, ``torch.compile`` of it
 (dynamic=False), Liger-Kernel's fused cross-entropy when it is installed, and the chapter's
-versions, for the forward at 32768 x 4096 fp32 and 4096 x 131072 fp32/bf16 and for
-forward+backward at 32768 x 4096 fp32. Prints each target with PASS/MISS and writes
+versions, for the forward at 32768 x 4096 fp32 and 4096 x 131072 fp32/bf16, for rows of 32 to
+256 fp32 classes against torch.compile (median of three runs), and for forward+backward at
+32768 x 4096 fp32. Prints each target with PASS/MISS and writes
 book/results/cross_entropy_targets.csv (columns of kernels.measure.results.COLUMNS).
 
 Bandwidth counts the bytes that must move: logits + int64 targets for the forward, plus the
@@ -27,6 +28,7 @@ CHAPTER = "cross_entropy_targets"
 V1, V2, V3 = ("ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",
               "ch5_cross_entropy/v3_fused_rows.cu")
 CHECKED = "v3 cross_entropy(check_targets=True)"
+FEW_CLASSES = ((1048576, 32), (524288, 64), (262144, 128), (131072, 256))  # 128 MiB of fp32 each
 UNCHECKED = "v3 cross_entropy() [default, no host wait]"
 FB_CHECKED, FB_DEFAULT = "v3 fused, check_targets=True", "v3 fused [default]"
 
@@ -123,6 +125,9 @@ def main():
 
     v3 = versions["v3"]
     compiled = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
+    few = {shape: bench.bench_loss_median({"compile": compiled, "v3": raw_op(v3)}, "cross_entropy",
+                                          shape) for shape in FEW_CLASSES}
+    measured += [m for rows in few.values() for m in rows]
     fb_providers = {
         "eager": bench.training_step(F.cross_entropy),
         "compile": bench.training_step(compiled),
@@ -167,6 +172,9 @@ def main():
             (f"fwd 4096x131072 fp32 GB/s >= 2800 [{mode}]", get(big32, name).gbps, 2800),
             (f"fwd 4096x131072 bf16 GB/s >= 2600 [{mode}]", get(big16, name).gbps, 2600),
         ]
+    for (rows, classes), (comp, ours) in few.items():
+        targets.append((f"fwd {rows}x{classes} fp32 vs compile >= 1.00x [op alone, median of 3]",
+                        comp.ms / ours.ms, 1.0))
     targets += [
         ("fwd+bwd 32768x4096 fp32 vs eager >= 2.5x [default]",
          get(fb, "eager").ms / get(fb, FB_DEFAULT).ms, 2.5),

@@ -14,10 +14,8 @@ This is a benchmark, not a timed test.
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,17 +41,6 @@ def build_all(folder: Path) -> dict:
     return kernels
 
 
-def median_of_runs(providers: dict, loss: str, shape, runs: int = RUNS) -> list:
-    """bench_loss run ``runs`` times in turn; each provider's median time. A single run of a
-    ten-microsecond kernel moves by a few percent, and now and then a host stall in
-    torch.compile's wrapper spoils a whole measurement: the median of three ignores one."""
-    from kernels import bench
-
-    samples = [bench.bench_loss(providers, loss, shape) for _ in range(runs)]
-    return [replace(first, ms=statistics.median(run[i].ms for run in samples))
-            for i, first in enumerate(samples[0])]
-
-
 def main() -> None:
     import torch
     from kernels import bench, get_loss, results
@@ -74,7 +61,8 @@ def main() -> None:
             for n in SIZES:
                 providers = {"torch.compile": torch.compile(reference, dynamic=False)}
                 providers.update({label: getattr(k, loss) for label, k in kernels.items()})
-                measured = median_of_runs(providers, loss, bench.element_wise_shape(n, loss))
+                measured = bench.bench_loss_median(providers, loss, bench.element_wise_shape(n, loss),
+                                                   runs=RUNS)
                 rows += results.rows_from(measured, gpu, "v5_ablation", 0.0)
                 ms = {m.provider: m.ms for m in measured}
                 base = ms["torch.compile"]

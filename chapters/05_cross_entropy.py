@@ -222,8 +222,9 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # ## The final version: the right amount of threads per row, wide loads, and the gradient
 #
 # Row length decides the layout. Each thread keeps 32 values of its row in registers, and a row
-# gets as few threads as hold it: 4 threads per row up to 128 classes (eight rows per warp), a
-# warp up to 1024 classes, a block of 128 threads up to 4096. Every thread issues all its loads
+# gets as few threads as hold it: one thread per row up to 32 classes, then 2, 4, 8 or 16
+# threads (several rows per warp) up to 512, a warp up to 1024 classes, a block of 128 threads
+# up to 4096. Every thread issues all its loads
 # before any arithmetic, so a warp has many bytes on their way whatever the row length, and the
 # reductions of a short row are a few shuffles, with no `__syncthreads`. (The first version of
 # this kernel gave every short row a whole warp: at 10 classes a warp then had 40 bytes in
@@ -539,8 +540,8 @@ Markdown(
 # classes per row to the longest rows: at 1024 classes it is a few percent behind. In training, forward plus backward,
 # its lead over eager PyTorch and `torch.compile` is larger still. Short rows were the hard
 # part: with a warp per row, 10 classes ran at a few percent of the bandwidth (the header of the
-# kernel file has the numbers); four threads per row and a thread per row, each with all its
-# loads in flight, brought them close to the long rows. At 1024 classes a warp per row holds
+# kernel file has the numbers); as few threads per row as hold it, each with all its loads in
+# flight, brought them close to the long rows. At 1024 classes a warp per row holds
 # eight 16-byte loads per lane; fewer threads per row with more loads each is the next thing
 # to try there.
 #
@@ -581,8 +582,8 @@ if counters:
 # `exp` once and keeps the row in registers.
 #
 # Instructions would matter most in bfloat16: the same bytes hold twice the values. The final
-# version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16 (32768 x 4096), both with
-# the row in registers:
+# version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16 (32768 x 4096), and at a
+# second float32 row width, 3000 classes, all with the row in registers:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 TWO_DTYPES = '''
@@ -590,26 +591,37 @@ import torch
 from kernels import load
 from kernels.cross_entropy import cross_entropy
 v3 = load("ch5_cross_entropy/v3_fused_rows.cu")
-for classes, dtype in ((2048, torch.float32), (4096, torch.bfloat16)):
+for classes, dtype in ((2048, torch.float32), (4096, torch.bfloat16), (3000, torch.float32)):
     x = torch.randn(32768, classes, device="cuda", dtype=dtype)
     t = torch.randint(0, classes, (32768,), device="cuda")
     with torch.no_grad():
         cross_entropy(x, t, kernel=v3)
 torch.cuda.synchronize()
 '''
-counters = profile.ncu(TWO_DTYPES, "row_cached", profile.ISSUE, launches=2)
+counters = profile.ncu(TWO_DTYPES, "row_cached", profile.ISSUE, launches=3)
 if counters:
-    print(counters.table(["float32", "bfloat16"]))
+    print(counters.table(["float32 x2048", "bfloat16 x4096", "float32 x3000"]))
+    per_value = [counters.value("warp instructions (M)", i) * 32e6 / (32768 * classes)
+                 for i, classes in enumerate((2048, 4096, 3000))]
+    print("thread instructions per logit: " + ", ".join(f"{v:.1f}" for v in per_value)
+          + f"; bfloat16 / float32 for the same bytes: "
+          f"{counters.value('warp instructions (M)', 1) / counters.value('warp instructions (M)', 0):.2f}x")
 
 # %% [markdown]
-# The prediction, twice the instructions, does not hold for the final version: it executes about
-# as many instructions in bfloat16 as in float32 for the same bytes, and takes about as long.
-# What the two share is how close they run to the instruction limit: the issue slots are busy
-# about three quarters of the time in both. That is why the final version computes $e^{x - m}$
-# as one multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence: with
-# `expf` its bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's
-# header has the history). Chapter 1's rule, count the bytes, holds as long as the
-# instructions per byte stay below what the SMs issue; a kernel's profile says how close it is.
+# The prediction, twice the instructions for the same bytes, does not hold: bfloat16 executes
+# only somewhat more than float32 (the last line above), and fewer per logit.
+# Most of a row's instructions are not spent on its values but on the row itself: the address
+# arithmetic, the target's lookup, the reductions of the maximum and of three sums across the
+# row's 128 threads, the loss. A longer row in the same tile pays them once for more values.
+# A row of 2048 float32 values fills half of its block's 4096-value tile, a row of 3000 about
+# three quarters: the loads past the row are not issued, and the kernel skips their
+# exponentials rather than computing them on $-\infty$ (an earlier version did, and its float32
+# count then matched bfloat16's; `bench/PERFLOG.md` has the profiles). Both dtypes keep the issue
+# slots busy most of the time: that is why the final version computes $e^{x - m}$ as one
+# multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence: with `expf`
+# its bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's header
+# has the history). Chapter 1's rule, count the bytes, holds as long as the instructions per
+# byte stay below what the SMs issue; a kernel's profile says how close it is.
 #
 # The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
 # classes are fewer than eight blocks per SM. A kernel that splits each row across several

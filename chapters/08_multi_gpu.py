@@ -50,6 +50,7 @@ import torch
 from IPython.display import Markdown
 
 from kernels import plot, ranks, results
+from kernels.chapter import launch_or_stored
 from kernels.exercises.ch8_checks import check_one_collective
 from kernels.notebook import show_source
 from kernels.vocab_parallel import cross_entropy, shard_bounds
@@ -65,7 +66,7 @@ from kernels.vocab_parallel import cross_entropy, shard_bounds
 # wrote:
 
 # %%
-show_source("ops/ranks.py", "def launch(", "        return json.loads")
+show_source("ops/ranks.py", "def launch(", "        return {**json.loads")
 
 # %% [markdown]
 # Each rank joins the process group, binds its GPU, and from then on every collective of the
@@ -88,11 +89,15 @@ for i in range(GPUS):
     print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
 print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
       .split("\n\n")[0])
+if GPUS < 2:
+    print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200 GPUs "
+          "(book/results/ch8_*.json), and say so; the CPU cells run here.")
 
 # %% [markdown]
-# `NV18` between the two GPUs: 18 NVLink links, 450 GB/s each way by NVIDIA's figures, against
-# 4.8 TB/s from each GPU's own memory. Moving logits between GPUs would cost ten times more
-# than reading them; the statistics of a row cost nothing.
+# Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18
+# NVLink links, 450 GB/s each way by NVIDIA's figures, against 4.8 TB/s from each GPU's own
+# memory. Moving logits between GPUs would cost ten times more than reading them; the
+# statistics of a row cost nothing.
 #
 # ## The data-parallel mean
 #
@@ -120,7 +125,7 @@ show_source("ops/vocab_parallel.py", "def global_sum_and_count", "    return pai
 # rows are (short, heavily padded documents are often easier), as real batches do:
 
 # %% tags=["gpu", "nbval-ignore-output"]
-mean_run = ranks.launch("global_mean", GPUS)
+mean_run = launch_or_stored("ch8_global_mean", "global_mean", GPUS, GPUS)
 
 # %% [markdown]
 # The mean of means is off by tens of percent: not a rounding error but a different loss, and
@@ -203,7 +208,7 @@ show_source("ops/vocab_parallel.py", "class _ShardedCrossEntropy", "        retu
 # "same bits" compares the loss of every rank bit for bit.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-check_run = ranks.launch("check", GPUS)
+check_run = launch_or_stored("ch8_check", "check", GPUS, GPUS)
 assert all(case["passed"] for case in check_run["cases"])
 
 # %% [markdown]
@@ -224,8 +229,8 @@ cpu_check_run = ranks.launch("check", 3, backend="gloo")
 # move, reading the logits and writing their gradient once, over all GPUs.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-one_gpu = ranks.launch("time", 1)
-two_gpus = ranks.launch("time", GPUS)
+one_gpu = launch_or_stored("ch8_time_one_gpu", "time", 1, GPUS)
+two_gpus = launch_or_stored("ch8_time_two_gpus", "time", GPUS, GPUS)
 results.save(ranks.results_rows(one_gpu, two_gpus), "ch8")
 scaling = ranks.scaling(one_gpu, two_gpus)
 for s in scaling:
@@ -233,7 +238,7 @@ for s in scaling:
           f"(efficiency {s['efficiency']:.0%}), target >= {ranks.SCALING_TARGET}x")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-rows = results.load("ch8")
+rows = results.read_rows("ch8")
 shapes = list(dict.fromkeys(r["shape"] for r in rows))
 ORDER = ["PyTorch eager, 1 GPU", "course v3 (chapter 5), 1 GPU", "vocab-parallel, 1 GPU",
          f"vocab-parallel, {two_gpus['ranks']} GPUs"]

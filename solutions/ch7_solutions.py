@@ -105,30 +105,60 @@ for label, classes, dtype in (("Gemma bf16", 256000, torch.bfloat16),
 # by the loss, read by the two gradient products (about 5 c V x 2 bytes, the same total for
 # every chunk size). Only the weight-gradient traffic grows with the number of chunks T / c:
 
-# %%
+# %% tags=["gpu", "nbval-ignore-output"]
+import torch
+
+from kernels import bench
+
 T, H, V = 8192, 4096, 128256
-TFLOPS, BANDWIDTH = 790e12, 3.0e12  # H100 SXM bf16 dense (nominal), measured copy rate
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s without sparsity: NOT
+# measured. First match wins ("H100" alone is the SXM part).
+DATASHEET_BF16_TFLOPS = [("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H200", 989),
+                         ("A100", 312), ("L40S", 362), ("L4", 121)]
+gpu = torch.cuda.get_device_name()
+datasheet = next((f for key, f in DATASHEET_BF16_TFLOPS if key in gpu), None)
+hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+weight = torch.randn(V, H, device="cuda", dtype=torch.bfloat16)
+matmul_ms = bench.time_ms(lambda a, w: a @ w.T, [(hidden, weight)], reps=10)
+TFLOPS = 2 * T * V * H / matmul_ms * 1e3  # flop/s of the head's own product, measured
+del hidden, weight
+torch.cuda.empty_cache()
+BANDWIDTH = bench.copy_bandwidth() * 1e9  # bytes/s, read plus written, measured
+print(f"{gpu}: the logits' product (T x H by H x V) {TFLOPS / 1e12:.0f} TFLOP/s measured"
+      + (f", {100 * TFLOPS / 1e12 / datasheet:.0f}% of the datasheet's {datasheet}" if datasheet
+         else " (no datasheet rate listed for this GPU)")
+      + f"; copy {BANDWIDTH / 1e9:.0f} GB/s")
 products_ms = 3 * 2 * T * V * H / TFLOPS * 1e3
 logits_ms = 5 * T * V * 2 / BANDWIDTH * 1e3
-print(f"products alone {products_ms:.1f} ms; the logits' traffic {logits_ms:.1f} ms")
-for chunk in (512, 896, 1024, 2048, 4096):
+print(f"products alone {products_ms:.1f} ms; the logits' traffic {logits_ms:.1f} ms "
+      f"({logits_ms / products_ms:.0%} of the products)")
+within = None
+for chunk in (512, 896, 1024, 2048, 4096, 8192):
     grad_w_ms = T / chunk * 4 * V * H / BANDWIDTH * 1e3
     total = products_ms + logits_ms + grad_w_ms
-    print(f"chunk {chunk:>5}: weight-gradient traffic {grad_w_ms:5.1f} ms, total {total:5.1f} ms "
+    print(f"chunk {chunk:>5}: weight-gradient traffic {grad_w_ms:5.1f} ms "
+          f"({grad_w_ms / products_ms:4.0%} of the products), total {total:5.1f} ms "
           f"({total / products_ms - 1:+.0%} over the products), scratch "
           f"{chunk * V * 2 / 2**30:.2f} GiB")
+    if within is None and grad_w_ms <= 0.05 * products_ms:
+        within = chunk
+print(f"weight-gradient traffic within 5% of the products from chunks of {within} rows"
+      if within else "weight-gradient traffic above 5% of the products at every chunk listed")
 
 # %% [markdown]
 # The model puts 5% over the products out of reach at any chunk size: the logits' own traffic
-# (the first line above) is already more than twice that, whatever the chunk. That is the real
-# point: in this
-# design every byte of the logits still goes through memory (in chunks), and only overlapping
-# it with the products (a second CUDA stream, or the loss fused into the product's epilogue)
-# hides it. Within the model, the weight-gradient traffic falls below 5% of the products from
-# chunks of about 4096 rows (1 GiB of scratch): four times chapter 7's memory budget. The
-# chapter's sweep goes the same way, larger chunks faster (its plot of time against memory),
-# and adds what the model leaves out: the shape of the products (896 rows ran slower than 768),
-# and a measured step slower than the model's total at every chunk size both have.
+# (the second line above) is already more than that, whatever the chunk. That is the real
+# point: in this design every byte of the logits still goes through memory (in chunks), and
+# only overlapping it with the products (a second CUDA stream, or the loss fused into the
+# product's epilogue) hides it. Within the model, the weight-gradient traffic alone falls below
+# 5% of the products only for chunks of thousands of rows (the last line), about a gigabyte
+# of scratch: several times chapter 7's memory budget. The model uses the rate measured for the
+# head's own product, below the datasheet's peak (the first line): a product of this shape does
+# not reach the peak, so the peak would make the products look shorter and every traffic term
+# relatively larger. The chapter's sweep goes the same way, larger chunks faster (its plot of
+# time against memory), and adds what the model leaves out: the shape of the products (896 rows
+# ran slower than 768), and a measured step slower than the model's total at every chunk size
+# both have.
 #
 # ```{solution-end}
 # ```

@@ -11,7 +11,7 @@ import torch
 
 from kernels import Chapter, CheckFailed, KernelBuildError, bench, results
 from kernels.build import loader, skeletons
-from kernels.course.chapter import ROOT, ExerciseFailed
+from kernels.course.chapter import ROOT, ExerciseFailed, grade
 
 
 @pytest.fixture
@@ -289,3 +289,15 @@ def test_an_attempt_that_passes_returns_true(builds, attempted, capsys):
     assert Chapter("ch2").exercise("exercises/ch2_race.cu", lambda kernel: 1) is True
     assert capsys.readouterr().out.splitlines() == [
         "PASS  exercises/ch2_race.cu: every case of the check passes"]
+
+
+def test_grade_leaves_the_shipped_file_and_a_pass_alone():
+    """Chapters 8 and 9 check Python files with checkers of their own; grade applies the rule."""
+    assert not skeletons.attempted("exercises/ch9_model_new.py")
+    assert grade("exercises/ch9_model_new.py", False, "FAIL  100 HingeLoss mine: static") is None
+
+
+def test_grade_raises_for_a_failing_attempt_with_the_checkers_verdict(attempted):
+    assert grade("exercises/ch9_model_new.py", True, "") is None
+    with pytest.raises(ExerciseFailed, match=r"ch9_model_new.py: FAIL  100 HingeLoss mine: coverage"):
+        grade("exercises/ch9_model_new.py", False, "FAIL  100 HingeLoss mine: coverage\n")

@@ -6,10 +6,13 @@
 //   max and the sum of exponentials then cost no second read, and the gradient softmax - one_hot
 //   is written from the same registers while the forward runs (Liger-style: the forward writes
 //   the gradient for grad_output == 1, the backward only rescales it).
-// - As few threads per row as hold it, every load of a thread issued before any math: 4 threads
-//   per row up to 128 classes (8 rows per warp), a warp up to 1024, a block of 128 up to 4096;
-//   rows of up to 16 classes of any length get one thread each. Short rows then keep enough
-//   bytes in flight, and their reductions are a few shuffles (no __syncthreads below a block).
+// - As few threads per row as hold it, 32 values each, every load of a thread issued before any
+//   math: a thread per row up to 32 classes, 2, 4, 8 or 16 threads (several rows per warp) up
+//   to 512, a warp up to 1024, a block of 128 up to 4096; rows of up to 16 classes of any
+//   length get one thread each. Short rows then keep enough bytes in flight, and their
+//   reductions are a few shuffles (no __syncthreads below a block). (With 4 threads per row
+//   up to 128 classes and a warp up to 1024, rows of 32 fp32 classes took 1.30x and rows of
+//   256 1.58x torch.compile's time on the H100, each thread with 2 of its 8 loads in use.)
 // - Longer rows (LLM vocabularies, 128256 classes) stream through the online softmax of
 //   version 2, vectorised, with a block of 512 threads per row; the gradient then takes a
 //   second read of the row.
@@ -238,12 +241,16 @@ row_cached(CrossEntropyArgs a) {
         const int64_t row = first + threadIdx.x / kTPR;
         const bool valid = kRowsPerBlock == 1 || row < a.rows;  // a block per row: always
         const T* x_row = static_cast<const T*>(a.logits) + row * C;
+        // This thread's loads that fall in the row: l * kTPR + tid < nvec. The others hold -inf,
+        // which adds nothing to the max or the sum: their exponentials are skipped, not computed
+        // (a 2048-class fp32 row fills half of its 4096-value tile, a 32-class row a quarter).
+        const int loads = valid ? static_cast<int>((nvec - tid + kTPR - 1) / kTPR) : 0;
         // Every load of the row is issued before any arithmetic.
         A x[kLoads][kVec];
 #pragma unroll
         for (int l = 0; l < kLoads; ++l) {
             const int64_t v = static_cast<int64_t>(l) * kTPR + tid;
-            if (valid && v < nvec) {
+            if (l < loads) {
                 const Vec<T, kVec> in = reinterpret_cast<const Vec<T, kVec>*>(x_row)[v];
 #pragma unroll
                 for (int k = 0; k < kVec; ++k) x[l][k] = to_acc(in.v[k]);
@@ -256,8 +263,9 @@ row_cached(CrossEntropyArgs a) {
         A m = -A(INFINITY);
 #pragma unroll
         for (int l = 0; l < kLoads; ++l)
+            if (l < loads)
 #pragma unroll
-            for (int k = 0; k < kVec; ++k) m = acc_max(m, x[l][k]);
+                for (int k = 0; k < kVec; ++k) m = acc_max(m, x[l][k]);
         m = row_max<kTPR>(m, smem);
 
         // x becomes exp(x - m): the gradient reuses it as softmax * sum. The target's logit is
@@ -271,10 +279,10 @@ row_cached(CrossEntropyArgs a) {
         A s = A(0), sum_x = A(0), xt = A(0);
 #pragma unroll
         for (int l = 0; l < kLoads; ++l) {
-            const bool in = static_cast<int64_t>(l) * kTPR + tid < nvec;
+            if (l >= loads) continue;
 #pragma unroll
             for (int k = 0; k < kVec; ++k) {
-                if (smoothing && in) sum_x += x[l][k];
+                if (smoothing) sum_x += x[l][k];
                 if (l == t_l && k == t_k) xt = x[l][k];
                 x[l][k] = exp_diff(x[l][k], m);
                 s += x[l][k];
@@ -294,7 +302,7 @@ row_cached(CrossEntropyArgs a) {
 #pragma unroll
             for (int l = 0; l < kLoads; ++l) {
                 const int64_t v = static_cast<int64_t>(l) * kTPR + tid;
-                if (v < nvec) {
+                if (l < loads) {
                     Vec<T, kVec> out;
 #pragma unroll
                     for (int k = 0; k < kVec; ++k) {
@@ -598,11 +606,20 @@ static void launch_cached(const CrossEntropyArgs* a, cudaStream_t stream) {
     row_cached<T, kTPR, kVec, kLoads><<<blocks, kBlock, 0, stream>>>(*a);
 }
 
+// The fewest threads per row, 1, 2, 4, ... up to a warp, that hold the row at 32 values each.
+template <class T, int kTPR = 1>
+static void launch_fitted(const CrossEntropyArgs* a, cudaStream_t stream) {
+    constexpr int kVec = 16 / sizeof(T);
+    if constexpr (kTPR < 32) {
+        if (a->classes > 32 * kTPR) return launch_fitted<T, 2 * kTPR>(a, stream);
+    }
+    launch_cached<T, kTPR, kVec, 32 / kVec>(a, stream);
+}
+
 // Rows that fit in registers get 32 values per thread (16 when read one by one), and as few
-// threads per row as hold it: short rows share a warp (4 threads per row up to 128 classes,
-// 1 thread per row of up to 16), so that every thread has several loads in flight and a row's
-// reductions take few shuffles. (A warp per row of 10 classes kept 40 bytes in flight per warp:
-// 83 GB/s on the H100; a thread per row: 2 TB/s.)
+// threads per row as hold them: short rows share a warp, so that every thread has all its
+// loads in flight and a row's reductions take few shuffles. (A warp per row of 10 classes kept
+// 40 bytes in flight per warp: 83 GB/s on the H100; a thread per row: 2 TB/s.)
 template <class T>
 static void launch_rows(const CrossEntropyArgs* a, cudaStream_t stream) {
     constexpr int kVec = 16 / sizeof(T);
@@ -610,10 +627,8 @@ static void launch_rows(const CrossEntropyArgs* a, cudaStream_t stream) {
     const int64_t C = a->classes;
     if constexpr (sizeof(T) == 8) {  // fp64 exists for gradcheck: one simple path
         row_streaming<T, 1><<<row_grid(a->rows), kStreamThreads, 0, stream>>>(*a);
-    } else if (C % kVec == 0 && C <= 4 * 32) {
-        launch_cached<T, 4, kVec, kLoads>(a, stream);
     } else if (C % kVec == 0 && C <= 32 * 32) {
-        launch_cached<T, 32, kVec, kLoads>(a, stream);
+        launch_fitted<T>(a, stream);
     } else if (C % kVec == 0 && C <= 128 * 32) {
         launch_cached<T, 128, kVec, kLoads>(a, stream);
     } else if (C <= kShortLoads) {  // rows of any length, read one value at a time

@@ -7,12 +7,15 @@
 - ``ch.published_rows()``: the rows the book publishes, ``book/results/ch3.csv``, whatever
   ``$KERNELS_RESULTS_DIR`` says: a solutions notebook reads them, so it runs on its own;
 - ``ch.exercise(source, check)``: build an exercise, check it, print one verdict;
-- ``ch.allow_recompiles()``: let ``torch.compile(dynamic=False)`` compile every size of a sweep.
+- ``ch.allow_recompiles()``: let ``torch.compile(dynamic=False)`` compile every size of a sweep;
+- ``launch_or_stored(...)``: a multi-GPU run, or on one GPU the stored one (chapter 8);
+- ``grade(source, passed, case)``: the exercises' grading rule, for checkers of their own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import io
 import os
 import sys
@@ -178,6 +181,39 @@ class _Tee(io.TextIOBase):
     def first_failure(self) -> str:
         return next((line.strip() for line in "".join(self.parts).splitlines()
                      if line.lstrip().startswith("FAIL")), "")
+
+
+def launch_or_stored(name: str, task: str, nprocs: int, gpus: int, **options) -> dict:
+    """:func:`kernels.ops.ranks.launch` of ``task`` on ``nprocs`` processes where the machine has
+    ``gpus`` >= 2, the run then kept in ``book/results/<name>.json``; on a machine with one GPU,
+    that stored run, its printed lines shown again under one that says where they come from
+    (chapter 8's multi-GPU measurements, which one GPU cannot redo)."""
+    import torch
+
+    from ..ops.ranks import launch
+
+    if gpus >= 2:
+        run = launch(task, nprocs, **options)
+        results.save_json({"gpu": torch.cuda.get_device_name(0), "gpus": gpus,
+                           "date": str(datetime.date.today()), "run": run}, name)
+        return run
+    stored = results.read_published_json(name)
+    print(f"{gpus} GPU here: the stored run of {stored['gpus']} x {stored['gpu']} "
+          f"({stored['date']}, book/results/{name}.json); on two GPUs this cell measures anew.")
+    if options.get("echo", True) and stored["run"]["printed"].strip():
+        print(stored["run"]["printed"].rstrip())
+    return stored["run"]
+
+
+def grade(source, passed: bool, case: str) -> None:
+    """The grading rule of :meth:`Chapter.exercise` for an exercise checked another way (a
+    Python file run by a checker of its own): a learner's failing attempt raises
+    :class:`ExerciseFailed` with ``case``, the checker's verdict; the skeleton as shipped, or a
+    pass, raises nothing."""
+    from ..build.skeletons import attempted
+
+    if not passed and attempted(source):
+        raise ExerciseFailed(f"{_shown(source)}: {case.strip()}")
 
 
 def _verdict(shown: str, why: str, attempted: bool = False, case: str = "") -> bool:

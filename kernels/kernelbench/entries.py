@@ -56,6 +56,13 @@ class CourseHinge(CourseEntry):
     """
 
     def forward(self, predictions, targets):
+        # KernelBench's own shapes first, with no more Python than the op needs: under its rule
+        # the host's time before the kernel starts is timed (torch.broadcast_shapes alone took
+        # 20-34 µs on the H100 machine's CPU).
+        if targets.shape == predictions.shape or (
+                targets.dim() == 1 and predictions.dim() >= 1
+                and targets.shape[0] == predictions.shape[-1]):
+            return self.ops.hinge(predictions, targets)
         if torch.broadcast_shapes(predictions.shape, targets.shape) != predictions.shape:
             predictions = predictions.expand(torch.broadcast_shapes(predictions.shape, targets.shape))
         row = targets.dim() >= 1 and all(s == 1 for s in targets.shape[:-1]) \

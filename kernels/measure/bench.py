@@ -209,6 +209,17 @@ def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int | N
     return results
 
 
+def bench_loss_median(providers: dict, loss_name: str, shape, runs: int = 3,
+                      **kwargs) -> list[Measurement]:
+    """:func:`bench_loss` run ``runs`` times in turn, each provider's median time: a single run
+    of a ten-microsecond kernel moves by a few percent, and now and then a host stall spoils a
+    whole measurement; the median of three ignores one. For targets at 1.00x, not for sweeps."""
+    samples = [bench_loss(providers, loss_name, shape, **kwargs) for _ in range(runs)]
+    return [Measurement(first.loss, first.provider, first.shape, first.bytes,
+                        statistics.median(run[i].ms for run in samples))
+            for i, first in enumerate(samples[0])]
+
+
 def sweep(providers: dict, loss_name: str, shapes, **kwargs) -> list[Measurement]:
     """:func:`bench_loss` over several shapes (the throughput-against-size plots)."""
     results = []

@@ -8,6 +8,7 @@ and tests and reviewers read the same files.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 from pathlib import Path
@@ -62,10 +63,21 @@ def read_rows(chapter: str, path: Path | None = None) -> list[dict]:
     return rows
 
 
+def save_json(data, name: str) -> Path:
+    """Write ``data`` (a run that tables cannot hold: nested results, printed lines) to
+    ``<results>/<name>.json``."""
+    path = RESULTS_DIR / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
 
-# The old name, kept only for chapter 8, whose notebook is executed on the 2-GPU machine: it
-# switches to a Chapter's rows() at its next re-execution, and this alias goes with it.
-load = read_rows
+
+def read_published_json(name: str):
+    """What :func:`save_json` wrote under ``book/results/``, the published copy, even while a
+    validation run redirects the results (a run that this machine cannot redo is read from
+    there)."""
+    return json.loads((PUBLISHED_DIR / f"{name}.json").read_text())
+
 
 def save_table(rows: list[dict], name: str) -> Path:
     """Write rows of any columns (those of the first row) to ``<results>/<name>.csv``."""

@@ -2,8 +2,8 @@
 
 A notebook is one process; a collective needs one per rank. :func:`launch` starts
 ``python -m torch.distributed.run --standalone --nproc-per-node N -m kernels.ops.ranks TASK`` with
-NVLink multicast kept off in every process, waits, and returns what rank 0 wrote (JSON). The
-tasks:
+NVLink multicast kept off in every process, waits, and returns what rank 0 wrote (JSON), with
+the lines rank 0 printed (``printed``). The tasks:
 
 - ``check``: losses and gradients of :func:`kernels.ops.vocab_parallel.cross_entropy`, the
   vocabulary or the rows split over the ranks, against PyTorch's cross-entropy in float64 on the whole
@@ -78,7 +78,8 @@ def launch(task: str, nprocs: int, *, backend: str = "nccl", timeout: int = 900,
                                f"\n{done.stderr[-3000:]}")
         if echo and done.stdout.strip():
             print(done.stdout.rstrip())
-        return json.loads(out.read_text())
+        return {**json.loads(out.read_text()), "printed": done.stdout}
+
 
 
 # --- inside each process ----------------------------------------------------------------------
