@@ -11,7 +11,7 @@ import torch
 
 from kernels import Chapter, CheckFailed, KernelBuildError, bench, results
 from kernels.build import loader, skeletons
-from kernels.course.chapter import ROOT, ExerciseFailed, grade
+from kernels.course.chapter import ROOT, ExerciseFailed, grade, launch_or_stored
 
 
 @pytest.fixture
@@ -301,3 +301,12 @@ def test_grade_raises_for_a_failing_attempt_with_the_checkers_verdict(attempted)
     assert grade("exercises/ch9_model_new.py", True, "") is None
     with pytest.raises(ExerciseFailed, match=r"ch9_model_new.py: FAIL  100 HingeLoss mine: coverage"):
         grade("exercises/ch9_model_new.py", False, "FAIL  100 HingeLoss mine: coverage\n")
+
+
+def test_one_gpu_gets_the_stored_two_gpu_run_and_is_told_so(capsys):
+    run = launch_or_stored("ch8_check", "check", 1, 1)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("1 GPU here: the stored run of 2 x NVIDIA H200 (2026-11-23, "
+                             "book/results/ch8_check.json)")
+    assert out[1:] == run["printed"].rstrip().splitlines() and len(run["cases"]) == 6
+    assert all(case["passed"] for case in run["cases"])
