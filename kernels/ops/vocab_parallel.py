@@ -163,8 +163,9 @@ def row_log_sum_exp(stats, vocab_group=None, label_smoothing: float = 0.0):
 def global_sum_and_count(row_losses, counted, batch_group=None):
     """(sum of the losses, number of counted rows) over every rank of ``batch_group``.
 
-    float64 on every rank: one all-reduce of two numbers. Adding the ranks' float64 sums in
-    NCCL's fixed order gives every rank the same bits, run after run.
+    float64 on every rank: one all-reduce of two numbers. NCCL leaves the same result on every
+    rank, so every rank gets the same bits; the order of its additions is not documented, so
+    the same bits from one run to the next are not promised.
     """
     pair = torch.stack([row_losses.double().sum(), counted.double().sum()])
     if _size(batch_group) > 1:
