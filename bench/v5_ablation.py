@@ -6,8 +6,9 @@ Version 5 (kernels/ch4_two_pass/v5_block_tiles.cu) queues its pass 2 as a progra
 launch (DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^25 elements with evict-first loads
 (STREAM_LOADS). This script builds the file three times, as it is and with each switch set to 0,
 and times the three builds and torch.compile (dynamic=False) side by side on the same inputs, for
-MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept). It prints each build's time / torch.compile's and writes
-book/results/v5_ablation.csv (kernels.measure.results columns), which chapter 4 tabulates.
+MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept). It prints
+each build's time / torch.compile's and writes book/results/v5_ablation.csv
+(kernels.measure.results columns), which chapter 4 tabulates.
 This is a benchmark, not a timed test.
 """
 
@@ -43,11 +44,9 @@ def build_all(folder: Path) -> dict:
 
 def main() -> None:
     import torch
-    from kernels import bench, get_loss, results
+    from kernels import Chapter, bench, get_loss, results
 
-    torch._dynamo.config.cache_size_limit = 64  # one graph per shape: 8 sizes x 2 losses
-    if hasattr(torch._dynamo.config, "recompile_limit"):
-        torch._dynamo.config.recompile_limit = 64
+    Chapter.allow_recompiles(64)  # one graph per shape: 8 sizes x 2 losses
     gpu = torch.cuda.get_device_name()
     scratch = ROOT / ".scratch"  # git-ignored; load() builds files inside the repository only
     scratch.mkdir(exist_ok=True)

@@ -310,3 +310,17 @@ def test_one_gpu_gets_the_stored_two_gpu_run_and_is_told_so(capsys):
                              "book/results/ch8_check.json)")
     assert out[1:] == run["printed"].rstrip().splitlines() and len(run["cases"]) == 6
     assert all(case["passed"] for case in run["cases"])
+
+
+def test_chapter_8s_check_raises_a_failing_attempt_with_its_first_failing_case(monkeypatch,
+                                                                               attempted):
+    import kernels.ops.ranks as ranks
+    from kernels.exercises.ch8_checks import check_one_collective
+
+    case = dict(split="vocab", rows=4, vocab=10, reduction="mean", same_bits=True)
+    monkeypatch.setattr(ranks, "launch", lambda *args, **kwargs: {"cases": [
+        {**case, "passed": True}, {**case, "rows": 5, "passed": False},
+        {**case, "rows": 6, "passed": False}]})
+    with pytest.raises(ExerciseFailed, match=r"FAIL  vocab split over 3 ranks, 5 x 10, mean, "
+                                             r"smoothing 0  \(loss or gradient differs"):
+        check_one_collective(ROOT / "kernels/exercises/ch8_one_collective.py")

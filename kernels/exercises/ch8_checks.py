@@ -39,8 +39,10 @@ def check_one_collective(path, processes: int = 3) -> None:
         why = "" if case["passed"] else (
             "  (not the same bits on every rank)" if not case["same_bits"] else
             "  (loss or gradient differs from float64)")
-        print(f"{verdict}  {label}{why}")
+        line = f"{verdict}  {label}{why}"
+        print(line)
         ok &= case["passed"]
-        first_failure = first_failure or ("" if case["passed"] else f"{verdict}  {label}{why}")
+        if not (case["passed"] or first_failure):
+            first_failure = line
     summary(ok)
     grade(path, ok, first_failure)

@@ -81,7 +81,6 @@ def launch(task: str, nprocs: int, *, backend: str = "nccl", timeout: int = 900,
         return {**json.loads(out.read_text()), "printed": done.stdout}
 
 
-
 # --- inside each process ----------------------------------------------------------------------
 
 class Context:
