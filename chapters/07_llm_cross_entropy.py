@@ -283,19 +283,18 @@ def get(label, shape, provider):
                 and r["provider"] == provider)
 
 
-names, numbers = " | ".join(providers()), " ---: |" * (len(providers()) + 1)
+names = " | ".join(providers())
 lines = ["Forward and backward, ms per step:", "",
-         f"| work | shape | {names} | bound |", "| --- | --- |" + numbers]
-for label, shape in (("fwd+bwd bfloat16", (8192, 128256)),
-                     ("fwd+bwd float32", (4096, 131072))):
-    cells = " | ".join(f"{get(label, shape, p)['ms']:.2f}" for p in providers())
+         f"| work | shape | {names} | bound |", "| --- | --- |" + " ---: |" * (len(providers()) + 1)]
+for label, shape in (("fwd+bwd bfloat16", (8192, 128256)), ("fwd+bwd float32", (4096, 131072))):
+    cells = [f"{get(label, shape, p)['ms']:.2f}" for p in providers()]
     bound = get(label, shape, "eager")["bytes"] / (ch.peak * 1e6)
-    lines.append(f"| {label} | {shape[0]} x {shape[1]} | {cells} | {bound:.2f} |")
+    lines.append(f"| {label} | {shape[0]} x {shape[1]} | " + " | ".join(cells) + f" | {bound:.2f} |")
 lines += ["", "Forward alone, bfloat16, GB/s of logits read:", "",
-          f"| shape | {names} | bound |", "| --- |" + numbers]
+          f"| shape | {names} | bound |", "| --- |" + " ---: |" * (len(providers()) + 1)]
 for shape in ((32768, 16384), (16384, 65536), (8192, 131072)):
-    cells = " | ".join(f"{get('fwd bfloat16', shape, p)['gbps']:.0f}" for p in providers())
-    lines.append(f"| {shape[0]} x {shape[1]} | {cells} | {ch.peak:.0f} |")
+    cells = [f"{get('fwd bfloat16', shape, p)['gbps']:.0f}" for p in providers()]
+    lines.append(f"| {shape[0]} x {shape[1]} | " + " | ".join(cells) + f" | {ch.peak:.0f} |")
 Markdown("\n".join(lines))
 
 # %% [markdown]
