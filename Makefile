@@ -19,7 +19,7 @@ install: $(STAMP)
 
 check: $(STAMP)
 	@test -n "$(CHAPTER)" || { echo "which chapter? make check CHAPTER=3"; exit 2; }
-	$(PY) -m kernels.build.skeletons --chapter $(CHAPTER)
+	$(PY) -c "import sys; from kernels.build.skeletons import main; sys.exit(main())" --chapter $(CHAPTER)
 	KERNELS_BENCH_REPS=10 $(VENV)/bin/pytest $(wildcard chapters/0$(CHAPTER)_*.ipynb)
 
 # Reinstall only when the requirements change.

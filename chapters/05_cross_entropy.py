@@ -603,9 +603,10 @@ if counters:
     print(counters.table(["float32 x2048", "bfloat16 x4096", "float32 x3000"]))
     per_value = [counters.value("warp instructions (M)", i) * 32e6 / (32768 * classes)
                  for i, classes in enumerate((2048, 4096, 3000))]
+    bf16_over_fp32 = (counters.value("warp instructions (M)", 1)
+                      / counters.value("warp instructions (M)", 0))
     print("thread instructions per logit: " + ", ".join(f"{v:.1f}" for v in per_value)
-          + f"; bfloat16 / float32 for the same bytes: "
-          f"{counters.value('warp instructions (M)', 1) / counters.value('warp instructions (M)', 0):.2f}x")
+          + f"; bfloat16 / float32 for the same bytes: {bf16_over_fp32:.2f}x")
 
 # %% [markdown]
 # The prediction, twice the instructions for the same bytes, does not hold: bfloat16 executes
@@ -652,8 +653,8 @@ if counters:
 # ```{admonition} Hint
 # :class: dropdown
 #
-# Two lines marked `TODO(exercise 5.1)`. The finishing kernel reads `a.target` too, so it can
-# count the rows that are not ignored in the same loop that adds the losses. What is
+# Two kernels decide the result: the one that computes a row's loss and flags a bad target,
+# and the one that adds the losses and divides. The second reads `a.target` too. What is
 # $0 / 0$ in floating point, and what does PyTorch return for a mean over no rows?
 # ```
 

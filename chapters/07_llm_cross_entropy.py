@@ -277,21 +277,22 @@ axes[1].set_yticklabels([])
 kernels.plot.legend(fig)
 plt.show()
 
-# %% tags=["gpu"]
+# %% tags=["gpu", "nbval-ignore-output"]
 def get(label, shape, provider):
     return next(r for r in rows if r["loss"] == label and r["shape"] == shape
                 and r["provider"] == provider)
 
 
 names = " | ".join(providers())
+right = " ---: |" * (len(providers()) + 1)  # the numbers' columns, aligned right
 lines = ["Forward and backward, ms per step:", "",
-         f"| work | shape | {names} | bound |", "| --- | --- |" + " ---: |" * (len(providers()) + 1)]
+         f"| work | shape | {names} | bound |", "| --- | --- |" + right]
 for label, shape in (("fwd+bwd bfloat16", (8192, 128256)), ("fwd+bwd float32", (4096, 131072))):
     cells = [f"{get(label, shape, p)['ms']:.2f}" for p in providers()]
     bound = get(label, shape, "eager")["bytes"] / (ch.peak * 1e6)
     lines.append(f"| {label} | {shape[0]} x {shape[1]} | " + " | ".join(cells) + f" | {bound:.2f} |")
 lines += ["", "Forward alone, bfloat16, GB/s of logits read:", "",
-          f"| shape | {names} | bound |", "| --- |" + " ---: |" * (len(providers()) + 1)]
+          f"| shape | {names} | bound |", "| --- |" + right]
 for shape in ((32768, 16384), (16384, 65536), (8192, 131072)):
     cells = [f"{get('fwd bfloat16', shape, p)['gbps']:.0f}" for p in providers()]
     lines.append(f"| {shape[0]} x {shape[1]} | " + " | ".join(cells) + f" | {ch.peak:.0f} |")
@@ -645,17 +646,19 @@ plt.show()
 # token) goes to version 3's streaming kernel, one block per row: 32 rows keep 32 of the H100's
 # 132 SMs reading. `kernels/exercises/ch7_split_rows.cu` splits each row into slices instead,
 # one block per slice, each writing its slice's $(m, s)$ pair; a second kernel merges a row's
-# pairs and finishes the loss. Two parts are left to you: `merge` forgets the rescale, and
-# `slices_per_row` fills one SM instead of the whole GPU.
+# pairs and finishes the loss. Two things are left to you: the check fails until you find the
+# step that is wrong, and `slices_wanted` cuts each row into one slice, which is version 3's
+# grid again. Choose the number of slices from the GPU you run on, not from the H100's numbers.
 # **Target**: 1.3 times version 4's forward speed at 32 x 256000 float32 logits.
 # ```
 #
 # ```{admonition} Hint
 # :class: dropdown
 #
-# `merge` is the rule of exercise 5.2, applied to two whole sums: rescale each by
-# $e^{m_b - m}$. For the slices: $r$ rows in $n$ slices make $r n$ blocks, and the GPU
-# runs `kBlocksPerSM` of them on each of its `sms` SMs at once.
+# The check fails even for rows that are not split: `merge` also combines each thread's
+# chunks. Write down what $s_a$ and $s_b$ are sums of. For the slices: how many blocks of
+# `slice_stats` can the whole GPU run at once? `cudaOccupancyMaxActiveBlocksPerMultiprocessor`
+# answers for one SM.
 # ```
 
 # %% tags=["nbval-ignore-output"]

@@ -113,8 +113,8 @@ from kernels import bench
 T, H, V = 8192, 4096, 128256
 # Dense bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s without sparsity: NOT
 # measured. First match wins ("H100" alone is the SXM part).
-DATASHEET_BF16_TFLOPS = [("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989), ("H200", 989),
-                         ("A100", 312), ("L40S", 362), ("L4", 121)]
+DATASHEET_BF16_TFLOPS = [("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989),
+                         ("H200", 989), ("A100", 312), ("L40S", 362), ("L4", 121)]
 gpu = torch.cuda.get_device_name()
 datasheet = next((f for key, f in DATASHEET_BF16_TFLOPS if key in gpu), None)
 hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
@@ -125,8 +125,8 @@ del hidden, weight
 torch.cuda.empty_cache()
 BANDWIDTH = bench.copy_bandwidth() * 1e9  # bytes/s, read plus written, measured
 print(f"{gpu}: the logits' product (T x H by H x V) {TFLOPS / 1e12:.0f} TFLOP/s measured"
-      + (f", {100 * TFLOPS / 1e12 / datasheet:.0f}% of the datasheet's {datasheet}" if datasheet
-         else " (no datasheet rate listed for this GPU)")
+      + (f", {100 * TFLOPS / 1e12 / datasheet:.0f}% of the datasheet's {datasheet}"
+         if datasheet else " (no datasheet rate listed for this GPU)")
       + f"; copy {BANDWIDTH / 1e9:.0f} GB/s")
 products_ms = 3 * 2 * T * V * H / TFLOPS * 1e3
 logits_ms = 5 * T * V * 2 / BANDWIDTH * 1e3
@@ -143,7 +143,7 @@ for chunk in (512, 896, 1024, 2048, 4096, 8192):
     if within is None and grad_w_ms <= 0.05 * products_ms:
         within = chunk
 print(f"weight-gradient traffic within 5% of the products from chunks of {within} rows"
-      if within else "weight-gradient traffic above 5% of the products at every chunk listed")
+      if within else "weight-gradient traffic above 5% of the products at every chunk")
 
 # %% [markdown]
 # The model puts 5% over the products out of reach at any chunk size: the logits' own traffic
@@ -229,15 +229,19 @@ if counters:
 # `merge` rescales both sums to the larger maximum, $s = s_a e^{m_a - m} + s_b e^{m_b - m}$,
 # which is exercise 5.2's rule with a whole partial sum in place of one logit (the same
 # function also merges each thread's chunks, so the check fails everywhere until it is right).
-# `slices_per_row` asks for `kBlocksPerSM` blocks on every SM: $n = \lceil 8 \cdot
-# \text{SMs} / r \rceil$ slices, 33 for 32 rows on the H100's 132 SMs (1056 blocks), capped
-# so that a slice is at least one round of the block's loads and the pairs fit in the
-# workspace. The finishing kernel also writes the bad-target flag, so no memset is launched
+# `slices_wanted` asks CUDA's occupancy API how many `slice_stats` blocks one SM runs at once
+# on this GPU (its threads, registers and shared memory decide), and cuts each row into enough
+# slices for every SM to run that many: $n = \lceil b \cdot \text{SMs} / r \rceil$ for $b$
+# blocks per SM and $r$ rows. A constant would be wrong somewhere: an H100's SM holds 2048
+# threads, an RTX 4090's 1536. `slices_per_row` then caps $n$ so that a slice is at least one
+# round of the block's loads and the pairs fit in the workspace. The finishing kernel also
+# writes the bad-target flag, so no memset is launched
 # before it.
 
 # %%
 SPLIT = os.path.join(SOLUTIONS, "ch7_split_rows.cu")
 show_source(SPLIT, "struct MaxSum", "// Block b reads", fold=False)
+show_source(SPLIT, "// Enough slices", "// One block: each thread", fold=False)
 
 # %% tags=["gpu"]
 assert ch.exercise(SPLIT, check_split_rows)

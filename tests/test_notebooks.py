@@ -220,6 +220,19 @@ def test_stored_outputs_match_the_kernel_sources(path):
     assert not problems, f"{rel(path)}: " + "; ".join(problems) + f": {RERUN}"
 
 
+@by_notebook
+def test_every_code_cell_of_an_executed_notebook_ran(path):
+    """A cell without an execution count lost its outputs (tools/sync_notebooks.py empties a cell
+    whose code changed): the page would show the code and nothing it printed."""
+    notebook = read(path)
+    if notebook.metadata.get("course") is None:
+        return  # never executed on a GPU: test_stored_outputs_match_the_kernel_sources covers it
+    not_run = [i for i, c in enumerate(notebook.cells)
+               if c.cell_type == "code" and c.get("execution_count") is None]
+    assert not not_run, (f"{rel(path)}: code cells {not_run} have no execution count: execute "
+                         f"the notebook again (or tools/fill_cpu_cells.py for CPU cells)")
+
+
 # --- (e) the .py twin ------------------------------------------------------------------------
 
 def _sync_module():

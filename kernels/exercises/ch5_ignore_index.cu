@@ -2,11 +2,10 @@
 //
 // One block per row, two passes over the row (max, then the sum of exp(x - max)), float32 logits
 // only. It computes the right loss for every row whose target is a class, but it knows nothing
-// of ignore_index: a target of -100 is reported as out of range. Your two TODOs:
-//   1. a row whose target equals a.ignore_index has loss 0 and is not a bad target;
-//   2. the mean divides by the number of rows that are NOT ignored (PyTorch's rule; with no such
-//      row the mean is NaN). The sum and "none" need nothing more than (1).
-// The answer is in solutions/kernels/ch5_ignore_index.cu.
+// of ignore_index: a target of -100 is reported as out of range. Make it follow PyTorch: a row
+// whose target equals a.ignore_index is valid input and adds nothing, and the mean is taken over
+// the rows that are not ignored. Find every place that has to change; the check tells you which
+// cases are still wrong. The answer is in solutions/kernels/ch5_ignore_index.cu.
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -42,9 +41,7 @@ __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a, doubl
     const int64_t row = blockIdx.x;
     const float* x = static_cast<const float*>(a.logits) + row * a.classes;
     const int64_t t = a.target[row];
-    // TODO(exercise 5.1): an ignored row is valid input and adds nothing to the loss.
-    const bool ignored = false;
-    const bool bad = !ignored && (t < 0 || t >= a.classes);
+    const bool bad = t < 0 || t >= a.classes;
 
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < a.classes; j += kThreads) m = fmaxf(m, x[j]);
@@ -56,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) row_losses(CrossEntropyArgs a, doubl
 
     if (threadIdx.x == 0) {
         const float lse = m + logf(s);
-        const float loss = ignored || bad ? 0.0f : lse - x[t];
+        const float loss = bad ? 0.0f : lse - x[t];
         if (bad) *a.bad_target = 1;
         if (a.lse) static_cast<float*>(a.lse)[row] = lse;
         if (a.reduction == REDUCTION_NONE)
@@ -74,7 +71,7 @@ __global__ void __launch_bounds__(kFinalThreads) finish(CrossEntropyArgs a, cons
     long long count = 0;
     for (int64_t i = threadIdx.x; i < a.rows; i += kFinalThreads) {
         acc += losses[i];
-        count += 1;  // TODO(exercise 5.1): count only the rows that are not ignored
+        count += 1;
     }
     for (int o = 16; o > 0; o >>= 1) {
         acc += __shfl_xor_sync(0xffffffffu, acc, o);

@@ -258,7 +258,7 @@ def speedup_target(fn, reference, loss_name: str, shape, target: float,
     speedup = theirs.ms / mine.ms
     where = f"{label}, {loss_name} {'x'.join(map(str, shape))}"
     line = (f"{mine.ms:.3f} ms against {theirs.ms:.3f} ms for {reference_label}: "
-            f"{speedup:.1f}x (target {target:g}x)")
+            f"{speedup:.2f}x (target {target:g}x)")
     print(f"{'PASS' if speedup >= target else 'MISS'}  {where}: {line}")
     return speedup >= target
 

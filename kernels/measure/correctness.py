@@ -123,18 +123,17 @@ def check_special_value(op, loss_name, label, which, value, seed=SEED) -> str:
 
 
 def check(op, loss_name, rtol=1e-5, shapes=None, seed=SEED, dtype=None,
-          special_values: bool = False, **kwargs) -> int:
+          special_values: bool = False, **kwargs) -> None:
     """Run the loss's check suite on ``op``; print a line per case; raise at the first failure.
 
     ``shapes``: (label, shape) pairs, by default the loss's suite. ``special_values``: also the
-    NaN and infinity cases of :data:`SPECIAL_VALUES`. Returns the number of cases.
-    Extra keyword arguments go to both the op and the PyTorch reference.
+    NaN and infinity cases of :data:`SPECIAL_VALUES`. Extra keyword arguments go to both the op
+    and the PyTorch reference. Returns None, so that a notebook cell ending in a check shows its
+    printed cases and no bare return value.
     """
     cases = shapes if shapes is not None else get_loss(loss_name).check_shapes
     for label, shape in cases:
         print(check_case(op, loss_name, label, shape, rtol, seed, dtype, **kwargs))
-    if not special_values:
-        return len(cases)
-    for label, which, value in SPECIAL_VALUES:
-        print(check_special_value(op, loss_name, label, which, value, seed))
-    return len(cases) + len(SPECIAL_VALUES)
+    if special_values:
+        for label, which, value in SPECIAL_VALUES:
+            print(check_special_value(op, loss_name, label, which, value, seed))

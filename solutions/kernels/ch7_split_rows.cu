@@ -17,7 +17,6 @@
 constexpr int kThreads = 256;        // per slice
 constexpr int kLoads = 4;            // 16-byte loads in flight per thread
 constexpr int kFinishThreads = 1024;
-constexpr int kBlocksPerSM = 8;      // 2048 threads per SM on Hopper / 256
 
 struct MaxSum {
     float m;  // the largest logit seen (-inf before any)
@@ -29,21 +28,6 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
     const float m = fmaxf(a.m, b.m);
     if (m == -INFINITY) return {m, 0.0f};  // both empty: exp(-inf - -inf) would be NaN
     return {m, a.s * exp_diff(a.m, m) + b.s * exp_diff(b.m, m)};
-}
-
-// Enough blocks to fill every SM kBlocksPerSM times, each slice at least one round of loads of
-// the block (kThreads * kLoads * 4 floats), and the pairs must fit in the workspace.
-static int slices_per_row(const CrossEntropyArgs* a) {
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    int64_t slices = (int64_t(kBlocksPerSM) * sms + a->rows - 1) / a->rows;
-    constexpr int kRound = kThreads * kLoads * 4;  // floats one round of the block's loads reads
-    const int64_t longest = (a->classes + kRound - 1) / kRound;
-    const int64_t room = CE_WORKSPACE_BYTES(a->rows) / (a->rows * int64_t(sizeof(MaxSum)));
-    if (slices > longest) slices = longest;
-    if (slices > room) slices = room;
-    return slices < 1 ? 1 : static_cast<int>(slices);
 }
 
 // Block b reads slice b % slices of row b / slices: columns [begin, end).
@@ -83,6 +67,29 @@ __global__ void __launch_bounds__(kThreads) slice_stats(CrossEntropyArgs a, int 
     const float m = block_max_all<kThreads>(r.m);
     const float s = block_sum_all<kThreads>(m == -INFINITY ? 0.0f : r.s * exp_diff(r.m, m));
     if (threadIdx.x == 0) pairs[blockIdx.x] = {m, s};
+}
+
+// Enough slices for every SM to run as many slice_stats blocks at once as fit on it. The occupancy
+// API counts them for this kernel on this GPU: the SM's threads, registers and shared memory set
+// the number, which differs between an H100 (2048 threads per SM), an RTX 4090 (1536) and a T4.
+static int64_t slices_wanted(int64_t rows) {
+    int device = 0, sms = 0, per_sm = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, slice_stats, kThreads, 0);
+    return (int64_t(per_sm) * sms + rows - 1) / rows;
+}
+
+// The slices a launch uses: as many as wanted, but each at least one round of the block's loads
+// (kThreads * kLoads * 4 floats), the pairs within the workspace, and at least one.
+static int slices_per_row(const CrossEntropyArgs* a) {
+    constexpr int kRound = kThreads * kLoads * 4;
+    const int64_t longest = (a->classes + kRound - 1) / kRound;
+    const int64_t room = CE_WORKSPACE_BYTES(a->rows) / (a->rows * int64_t(sizeof(MaxSum)));
+    int64_t slices = slices_wanted(a->rows);
+    if (slices > longest) slices = longest;
+    if (slices > room) slices = room;
+    return slices < 1 ? 1 : static_cast<int>(slices);
 }
 
 // One block: each thread merges its rows' pairs in slice order, then the losses are added in a
