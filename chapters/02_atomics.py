@@ -180,8 +180,8 @@ for what, args in bad_inputs.items():
 # L2 cache, and the L2 serves the atomics to one address one after another; the thousands of
 # threads in flight only queue up. If that is the limit, the time grows in proportion to $n$
 # and the rate of atomics is a constant of the hardware. We time version 1 at a few sizes (only
-# up to $2^{24}$ elements and with few repetitions: at $2^{30}$ a single call would take a large
-# fraction of a second):
+# up to $2^{24}$ elements and with few repetitions: at $2^{30}$, 64 times $2^{24}$, a single
+# call would take over a second):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 for n in (1 << 16, 1 << 20, 1 << 24):
@@ -320,10 +320,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 
 # %% [markdown]
 # The plot and the table show the ladder: each version issues fewer atomics. Version 2 is far
-# faster than version 1, and version 3 far faster than version 2 except at the largest size,
+# faster than version 1 from about a million elements up (below that the two are level), and
+# version 3 far faster than version 2 except at the largest size,
 # where its lead shrinks. From version 3 to version 4 the gain depends on the size: version 4 is
 # ahead in the middle of the range, and the two are level at the smallest sizes and at the
-# largest ones, where the atomics no longer matter. There both stay several percent below
+# largest ones, where the atomics no longer matter. There both stay a few percent below
 # `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead of every version
 # at almost every size (version 4 draws level with it only in the upper part of the range).
 # What remains between the best version and

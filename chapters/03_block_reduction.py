@@ -367,7 +367,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
 # builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
-# skeletons compile and run; they fail the check until you finish them. Solutions are in
+# skeletons compile and run; they fail the check (or, for exercise 3.3, the speed target)
+# until you finish them. Solutions are in
 # {doc}`../solutions/ch3_solutions`.
 
 # %% [markdown]
@@ -380,8 +381,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # else $|d| - \frac12$, with $d = p - t$. Try it without looking at `losses.cuh`; then try a version
 # without a branch. The check adds NaN and infinite inputs to the usual cases: PyTorch's loss
 # of a NaN is NaN, and yours must be too. **Target**: 95% of version 6's speed on Smooth L1 at
-# $2^{28}$ elements, timed side by side on your GPU. A right functor in the skeleton's loop
-# misses it: what did version 6 change in the loads?
+# $2^{28}$ elements, timed side by side on your GPU. On an H100 a right functor in the
+# skeleton's loop misses it (`bench/PERFLOG.md` has the measurement): what did version 6
+# change in the loads?
 # ```
 #
 # ```{admonition} Hint

@@ -537,11 +537,13 @@ Markdown(
 # %% [markdown]
 # What the plot and the tables show, and what is left. The final version is faster than eager
 # PyTorch at every shape, and faster than `torch.compile` at every shape but one, from 10
-# classes per row to the longest rows: at 1024 classes it is a few percent behind. In training, forward plus backward,
+# classes per row to the longest rows: at 1024 classes it is behind, by about a sixteenth. In
+# training, forward plus backward,
 # its lead over eager PyTorch and `torch.compile` is larger still. Short rows were the hard
 # part: with a warp per row, 10 classes ran at a few percent of the bandwidth (the header of the
 # kernel file has the numbers); as few threads per row as hold it, each with all its loads in
-# flight, brought them close to the long rows. At 1024 classes a warp per row holds
+# flight, brought them to more than half of it at 10 classes and most of it at 128 (the first
+# table), still short of the long rows. At 1024 classes a warp per row holds
 # eight 16-byte loads per lane; fewer threads per row with more loads each is the next thing
 # to try there.
 #
@@ -642,8 +644,8 @@ if counters:
 # :label: ch5-ignore-index
 #
 # `kernels/exercises/ch5_ignore_index.cu` computes the cross-entropy of every row whose target
-# is a class, but knows nothing of `ignore_index`: a target of $-100$ is reported as out of
-# range. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
+# is a class, but knows nothing of `ignore_index`: a target of $-100$ is taken for a bad
+# target: its row adds nothing to the loss, but the mean still counts it. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
 # by the number of rows that are not ignored, as PyTorch does. The check also uses an
 # `ignore_index` that is a real class (3), and a batch where every row is ignored.
 # **Target**: ignoring rows must cost nothing measurable: 95% of version 1's speed or better at

@@ -85,8 +85,8 @@ bench.speedup_target(solution.mse, v1.mse, "mse", (1 << 24,), 20, label="warp-ag
                      reference_label="version 1", reps=10);
 
 # %% [markdown]
-# Why not the full 32: the atomics were almost all of version 1's time, not all of it. Every
-# thread still loads its two elements and, now, shuffles five times; and the contended address
+# Nearly the full 32, and not quite: the atomics were almost all of version 1's time, not all
+# of it. Every thread still loads its two elements and, now, shuffles five times; and the contended address
 # still sees $2^{24} / 32 = 524288$ atomics, at the rate chapter 2 measured for one address.
 
 # %% [markdown]
@@ -118,7 +118,8 @@ check(solution.mse, "mse")
 # The target, and the two fixes side by side: at $2^{28}$ elements each thread adds its sum to
 # shared memory once, at the end of a long loop, so both fixes run at the same speed; at
 # $2^{16}$ elements a thread has one element, and the 256 shared-memory atomics per block of
-# the smallest fix take turns on one word.
+# the smallest fix take turns on one word: a cost of a few percent at that size (the last
+# cell's lines), since the kernel is mostly launch and load time there.
 
 # %%
 show_source(f"{ROOT}/solutions/kernels/ch2_race_shared_atomic.cu", start="__global__", end="__global__",

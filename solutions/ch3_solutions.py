@@ -47,8 +47,10 @@ from kernels.notebook import show_source
 # NaN). The branch in `kernels/common/losses.cuh` is just as good: both sides are a couple of
 # instructions, and the compiler turns such a branch into a select anyway.
 #
-# The functor alone does not reach the target: the skeleton's loop reads 4 bytes per load
-# instruction and computes `i % target_len`, a 64-bit division, for every element. The
+# The functor alone does not reach the target on an H100 (this solution's functor in the
+# skeleton's loop, timed beside version 6 in `bench/PERFLOG.md`): the skeleton's loop reads
+# 4 bytes per load instruction and computes `i % target_len`, a 64-bit division, for every
+# element. The
 # solution gives the loop version 6's loads: where both inputs are 16-byte aligned and the
 # target is not broadcast, `float4` vectors, two of each input in flight per iteration; the
 # scalar loop does the rest (the last `n % 4` elements, misaligned views, Hinge-like broadcast

@@ -157,8 +157,9 @@ print(f"weight-gradient traffic within 5% of the products from chunks of {within
 # not reach the peak, so the peak would make the products look shorter and every traffic term
 # relatively larger. The chapter's sweep goes the same way, larger chunks faster (its plot of
 # time against memory), and adds what the model leaves out: the shape of the products (896 rows
-# ran slower than 768), and a measured step slower than the model's total at every chunk size
-# both have.
+# ran slower than 768). Its measured steps land within a few percent of the model's totals,
+# on either side: the model is a first-order account of the time, not a prediction to the
+# millisecond.
 #
 # ```{solution-end}
 # ```
