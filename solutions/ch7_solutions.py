@@ -231,7 +231,8 @@ if counters:
 # which is exercise 5.2's rule with a whole partial sum in place of one logit (the same
 # function also merges each thread's chunks, so the check fails everywhere until it is right).
 # `slices_wanted` asks CUDA's occupancy API how many `slice_stats` blocks one SM runs at once
-# on this GPU (its threads, registers and shared memory decide), and cuts each row into enough
+# on this GPU (its threads, registers and shared memory decide; `resident_blocks` of
+# `cuda_utils.cuh` asks once, as chapter 3's grids do), and cuts each row into enough
 # slices for every SM to run that many: $n = \lceil b \cdot \text{SMs} / r \rceil$ for $b$
 # blocks per SM and $r$ rows. A constant would be wrong somewhere: an H100's SM holds 2048
 # threads, an RTX 4090's 1536. `slices_per_row` then caps $n$ so that a slice is at least one

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_utils.cuh"  // resident_blocks, ceil_div
 #include "loss_args.h"
 #include "numerics.cuh"  // exp_diff: exp(x - m) as one multiply and one MUFU.EX2
 #include "reduce.cuh"    // block_max_all, block_sum_all
@@ -69,15 +70,13 @@ __global__ void __launch_bounds__(kThreads) slice_stats(CrossEntropyArgs a, int 
     if (threadIdx.x == 0) pairs[blockIdx.x] = {m, s};
 }
 
-// Enough slices for every SM to run as many slice_stats blocks at once as fit on it. The occupancy
-// API counts them for this kernel on this GPU: the SM's threads, registers and shared memory set
-// the number, which differs between an H100 (2048 threads per SM), an RTX 4090 (1536) and a T4.
+// Enough slices for the whole GPU to run as many slice_stats blocks at once as fit on it. The
+// occupancy API counts them for this kernel on this GPU (resident_blocks): the SM's threads,
+// registers and shared memory set the number, which differs between an H100 (2048 threads per
+// SM), an RTX 4090 (1536) and a T4.
 static int64_t slices_wanted(int64_t rows) {
-    int device = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, slice_stats, kThreads, 0);
-    return (int64_t(per_sm) * sms + rows - 1) / rows;
+    static const int64_t resident = resident_blocks(slice_stats, kThreads);  // asked once
+    return ceil_div(resident, rows);
 }
 
 // The slices a launch uses: as many as wanted, but each at least one round of the block's loads
