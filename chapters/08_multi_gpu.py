@@ -76,12 +76,13 @@ show_source("ops/ranks.py", "def launch(", "        return {**json.loads")
 show_source("ops/ranks.py", "class Context:", "    def say(")
 
 # %% [markdown]
-# NCCL can also reduce inside an NVSwitch, with NVLink *multicast* (NVLS). The runs behind this
-# chapter's numbers kept it off, as the shared machines they ran on required, so the numbers are
-# those of NCCL's ring and tree algorithms, which every NVLink machine has: `launch` sets
-# `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and `NVSHMEM_DISABLE_NVLS=1` in every
-# process it starts (`MULTICAST_OFF` in `kernels/ops/vocab_parallel.py`; on a machine of your
-# own you may empty it), and the check below reports it from every rank. The GPUs of this run:
+# NCCL can also reduce inside an NVSwitch, with NVLink *multicast* (NVLS). This chapter keeps it
+# off, so its numbers are those of NCCL's ring and tree algorithms, which every NVLink machine
+# has: `launch` sets `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and
+# `NVSHMEM_DISABLE_NVLS=1` in every process it starts (`MULTICAST_OFF` in
+# `kernels/ops/vocab_parallel.py`), and the check below reports it from every rank. On an
+# NVSwitch machine of your own, empty `MULTICAST_OFF` to let NCCL choose NVLS and compare. The
+# GPUs of this run:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 GPUS = torch.cuda.device_count()

@@ -37,7 +37,9 @@ from .schema import REDUCTIONS
 
 KERNEL_FILE = "ch8_multi_gpu/vocab_shard.cu"
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# NVLink multicast (NVLS) can take a shared host's GPUs out of service: never turn it on.
+# NVLink multicast (NVLS) off in every rank: chapter 8's numbers are those of the ring and tree
+# algorithms that every NVLink machine has, and on shared hosts NVLS has taken GPUs out of
+# service. Empty it on a machine of your own to let NCCL choose NVLS.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                  "NVSHMEM_DISABLE_NVLS": "1"}
 STAT_MAX, STAT_SUM_EXP, STAT_TARGET_LOGIT, STAT_SUM_LOGITS = range(4)  # vocab_shard_args.h
