@@ -353,6 +353,43 @@ def test_sweeps_stop_where_eager_temporaries_fit(gib, largest):
     assert limit * bench.EAGER_BYTES_PER_ELEMENT <= bench.MEMORY_SHARE * (gib or 80) * 2**30
 
 
+def _fake_gpu(monkeypatch, free_gib, total_gib, share=1.0, reserved_gib=0, allocated_gib=0):
+    import torch
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free_gib * gib,
+                                                                          total_gib * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: reserved_gib * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated_gib * gib)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: share,
+                        raising=False)
+
+
+@pytest.mark.parametrize("free, total, share, reserved, allocated, expected", [
+    (79, 80, 1.0, 0, 0, 79),          # a fresh H100
+    (79, 80, 15 / 80, 0, 0, 15),      # the same, capped at 15 GiB by the per-process fraction
+    (10, 80, 1.0, 0, 0, 10),          # another process holds the rest
+    (60, 80, 1.0, 12, 8, 64),         # 4 GiB cached by our allocator count as free
+    (60, 80, 15 / 80, 12, 8, 7),      # within the cap, what we hold counts against it
+])
+def test_free_memory_counts_the_cache_and_the_process_share(monkeypatch, free, total, share,
+                                                            reserved, allocated, expected):
+    _fake_gpu(monkeypatch, free, total, share, reserved, allocated)
+    assert bench.free_memory() == expected << 30
+
+
+def test_a_capped_process_sweeps_as_a_smaller_gpu(monkeypatch, capsys):
+    import torch
+
+    _fake_gpu(monkeypatch, 79, 80, share=15 / 80)
+    monkeypatch.delenv("KERNELS_MAX_ELEMENTS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "a capped GPU")
+    assert bench._max_elements() == 1 << 29
+    assert "15.0 GiB free for this process, so the sweeps stop at 2^28" in capsys.readouterr().out
+
+
 def test_the_environment_sets_the_largest_size(monkeypatch):
     monkeypatch.setenv("KERNELS_MAX_ELEMENTS", str(1 << 20))
     assert bench._max_elements() == 1 << 20

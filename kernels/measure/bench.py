@@ -36,14 +36,30 @@ EAGER_BYTES_PER_ELEMENT = 16
 MEMORY_SHARE = 0.8
 
 
-def sweep_limit(total_bytes: int | None) -> int:
+def sweep_limit(usable_bytes: int | None) -> int:
     """The largest power of two up to 2^30 elements whose eager temporaries fit in
-    ``MEMORY_SHARE`` of ``total_bytes`` (no GPU: 2^30)."""
+    ``MEMORY_SHARE`` of ``usable_bytes`` (no GPU: 2^30)."""
     limit = LARGEST
-    if total_bytes:
-        while limit > 1 << 12 and limit * EAGER_BYTES_PER_ELEMENT > MEMORY_SHARE * total_bytes:
+    if usable_bytes:
+        while limit > 1 << 12 and limit * EAGER_BYTES_PER_ELEMENT > MEMORY_SHARE * usable_bytes:
             limit //= 2
     return limit
+
+
+def free_memory() -> int:
+    """Bytes this process can still allocate on the current GPU: the driver's free memory plus
+    what PyTorch's allocator holds cached, within the process's share where
+    ``torch.cuda.set_per_process_memory_fraction`` set one (capped at 15 GB, an 80 GB card
+    sizes its work as a 15 GB card would). Other processes' memory (a second notebook) counts
+    as taken."""
+    import torch
+
+    device = torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(device)
+    allocated = torch.cuda.memory_allocated(device)
+    available = free + torch.cuda.memory_reserved(device) - allocated
+    share = getattr(torch.cuda, "get_per_process_memory_fraction", lambda device: 1.0)(device)
+    return max(0, min(available, int(share * total) - allocated))
 
 
 def _max_elements() -> int:
@@ -53,13 +69,14 @@ def _max_elements() -> int:
 
     if not torch.cuda.is_available():
         return LARGEST
-    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-    limit = sweep_limit(properties.total_memory)
+    usable = free_memory()
+    limit = sweep_limit(usable)
     if limit < LARGEST:
         largest = 1 << 2 * ((limit.bit_length() - 1) // 2)  # the last even power of two, as SIZES
-        print(f"kernels.bench: {properties.name} has {properties.total_memory / 2**30:.1f} GiB, so "
-              f"the sweeps stop at 2^{largest.bit_length() - 1} elements (eager PyTorch holds "
-              f"{EAGER_BYTES_PER_ELEMENT} bytes per element at once); KERNELS_MAX_ELEMENTS overrides")
+        print(f"kernels.bench: {torch.cuda.get_device_name()} has {usable / 2**30:.1f} GiB free for "
+              f"this process, so the sweeps stop at 2^{largest.bit_length() - 1} elements (eager "
+              f"PyTorch holds {EAGER_BYTES_PER_ELEMENT} bytes per element at once); "
+              "KERNELS_MAX_ELEMENTS overrides")
     return limit
 
 
@@ -151,8 +168,7 @@ def read_bandwidth(nbytes: int = 1 << 32) -> float:
     """
     import torch
 
-    free, _ = torch.cuda.mem_get_info()
-    nbytes = min(nbytes, free // 2) // 4 * 4
+    nbytes = min(nbytes, free_memory() // 2) // 4 * 4
     x = torch.rand(nbytes // 4, device="cuda")
     ms = time_ms(torch.sum, [(x,)], warmup=5, reps=30)
     del x
@@ -163,8 +179,7 @@ def copy_bandwidth(nbytes: int = 1 << 32) -> float:
     """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written."""
     import torch
 
-    free, _ = torch.cuda.mem_get_info()
-    nbytes = min(nbytes, free // 3) // 4 * 4
+    nbytes = min(nbytes, free_memory() // 3) // 4 * 4
     src = torch.rand(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
     ms = time_ms(dst.copy_, [(src,)], warmup=5, reps=30)
@@ -196,8 +211,7 @@ def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int | N
     element_size = first[0].element_size()
     nbytes = loss.min_bytes(shape, element_size)
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-    free, _ = torch.cuda.mem_get_info()
-    copies = rotation_count(nbytes, properties.L2_cache_size, free)
+    copies = rotation_count(nbytes, properties.L2_cache_size, free_memory())
     arg_sets = [first] + [loss.make_inputs(shape, generator, "cuda", dtype)
                           for _ in range(copies - 1)]
     results = []
