@@ -187,6 +187,18 @@ def test_target_archs_from_the_environment(monkeypatch, env):
     assert toolchain.target_archs(None) == ("7.5", "9.0")
 
 
+def test_kernels_archs_overrides_the_gpu_present(monkeypatch):
+    """KERNELS_ARCHS builds for an older GPU than the one present (the pre-Hopper paths on an
+    H100), where TORCH_CUDA_ARCH_LIST applies only without a GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    monkeypatch.delenv("KERNELS_ARCHS", raising=False)
+    assert toolchain.target_archs(None) == ("9.0",)
+    monkeypatch.setenv("KERNELS_ARCHS", "7.5+PTX")
+    assert toolchain.target_archs(None) == ("7.5+PTX",)
+
+
 # --- build_cache: the build folder lock ------------------------------------------------------
 
 def test_build_lock_removes_a_stale_torch_lock(tmp_path):

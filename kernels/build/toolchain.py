@@ -93,9 +93,15 @@ def cuda_mismatch(nvcc_cuda: str | None, torch_cuda: str | None) -> str | None:
 
 
 def target_archs(archs=None) -> tuple[str, ...]:
-    """The GPU architectures to compile for: given, else the GPU present, else an error."""
+    """The GPU architectures to compile for: given, else ``$KERNELS_ARCHS``, else the GPU
+    present, else ``$TORCH_CUDA_ARCH_LIST``, else an error.
+
+    ``KERNELS_ARCHS="7.5+PTX"`` builds every kernel as a Colab T4 would, and the driver compiles
+    its PTX for the GPU present: on an H100, the code paths of GPUs before Hopper really run."""
     if archs:
         return tuple(archs)
+    if os.environ.get("KERNELS_ARCHS"):
+        return tuple(os.environ["KERNELS_ARCHS"].replace(";", " ").split())
     import torch
 
     if torch.cuda.is_available():
