@@ -448,7 +448,7 @@ for name in ("mse", "smooth_l1", "hinge"):
     for n in (1 << 16, 1 << 20, 1 << 24, 1 << 28):
         shape = bench.element_wise_shape(n, name)
         g = torch.Generator(device="cuda").manual_seed(0)
-        copies = bench.rotation_count(fwd_bwd_bytes(name, shape), L2, torch.cuda.mem_get_info()[0], limit=16)
+        copies = bench.rotation_count(fwd_bwd_bytes(name, shape), L2, bench.free_memory(), limit=16)
         arg_sets = []
         for _ in range(copies):
             p, t = kernels.get_loss(name).make_inputs(shape, g, "cuda")

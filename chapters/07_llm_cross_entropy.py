@@ -88,8 +88,9 @@ warnings.filterwarnings("ignore", message="TensorFloat32 tensor cores")
 # Liger-Kernel imports tqdm, which warns that Jupyter's progress widgets are not installed.
 warnings.filterwarnings("ignore", message="IProgress not found")
 CAPABILITY = torch.cuda.get_device_capability()
+READ_GBPS = bench.read_bandwidth()
 print(f"{ch.gpu} (compute capability {CAPABILITY[0]}.{CAPABILITY[1]}): read "
-      f"{bench.read_bandwidth():.0f} GB/s, copy (read + write) {ch.peak:.0f} GB/s")
+      f"{READ_GBPS:.0f} GB/s, copy (read + write) {ch.peak:.0f} GB/s")
 
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
@@ -304,22 +305,26 @@ Markdown("\n".join(lines))
 # their bound is the read bandwidth printed at the top of the chapter, a little higher: that
 # is why version 3 and version 4 measure above the column at 65536 and 131072
 # classes, at the read bandwidth within the timing's noise. The chapter's targets, checked on
-# these numbers below (each PASS or MISS line names its threshold): forward+backward within
-# 1.15x of the bound in each dtype, and the bf16 forward at 3000 GB/s or more, taking for the
-# forward whichever path version 4 chooses.
+# these numbers below, as ratios to this GPU's own measured bandwidth (each PASS or MISS line
+# names its threshold): forward+backward within 1.15x of the bound in each dtype, and the bf16
+# forward at 97% of the read bandwidth or more, taking for the forward whichever path version 4
+# chooses.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4_name = "v4 (cluster)"
-checks = [("fwd+bwd 8192 x 128256 bf16 <= 1.59 ms",
-           get("fwd+bwd bfloat16", (8192, 128256), v4_name)["ms"], 1.59, "max"),
-          ("fwd+bwd 4096 x 131072 fp32 <= 1.62 ms",
-           get("fwd+bwd float32", (4096, 131072), v4_name)["ms"], 1.62, "max")]
+BOUND_FACTOR, READ_SHARE = 1.15, 0.97  # the targets, relative to this GPU's bandwidth
+checks = []
+for label, shape in (("fwd+bwd bfloat16", (8192, 128256)), ("fwd+bwd float32", (4096, 131072))):
+    goal = BOUND_FACTOR * get(label, shape, "eager")["bytes"] / (ch.peak * 1e6)
+    checks.append((f"{label} {shape[0]} x {shape[1]} <= {BOUND_FACTOR}x bound = {goal:.2f} ms",
+                   get(label, shape, v4_name)["ms"], goal, "max"))
 for shape in ((32768, 16384), (16384, 65536), (8192, 131072)):
-    checks.append((f"fwd {shape[0]} x {shape[1]} bf16 >= 3000 GB/s",
-                   get("fwd bfloat16", shape, v4_name)["gbps"], 3000, "min"))
+    goal = READ_SHARE * READ_GBPS
+    checks.append((f"fwd bf16 {shape[0]} x {shape[1]} >= {READ_SHARE:.0%} read = {goal:.0f} GB/s",
+                   get("fwd bfloat16", shape, v4_name)["gbps"], goal, "min"))
 for label, value, goal, kind in checks:
     ok = value <= goal if kind == "max" else value >= goal
-    print(f"{'PASS' if ok else 'MISS'}  {label:<40} measured {value:.2f}")
+    print(f"{'PASS' if ok else 'MISS'}  {label:<48} measured {value:.2f}")
 fb = get("fwd+bwd bfloat16", (8192, 128256), v4_name)["ms"]
 for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
     if any(r["provider"] == other for r in rows):

@@ -26,11 +26,12 @@
 //    faster there (chapter 4's version 3 found the same).
 // bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
 // times what each buys. Tile sizes (4096-16384) and a warp per tile changed nothing measurable.
-// Still slow: at 2^12 elements the single block takes 5-9% longer than Inductor's program.
+// Still slow: at 2^12 elements the single block takes 6-11% longer than Inductor's program.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "compiled_arch.cuh"
 #include "cuda_utils.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
@@ -180,18 +181,15 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
     if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / a.n);
 }
 
-// Pass 2 queued as a programmatic dependent launch where the GPU has it (compute capability 9
-// on; asked once per device), an ordinary launch elsewhere.
+// Pass 2 queued as a programmatic dependent launch where its kernel was built with
+// griddepcontrol.wait (compute capability 9 on; asked once per device), an ordinary launch
+// elsewhere: a dependent launch of a pass 2 that does not wait could read partials not yet written.
 static bool dependent_launch_supported() {
     static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
     int device = 0;
     cudaGetDevice(&device);
     if (!DEPENDENT_LAUNCH || device >= 64) return false;
-    if (cached[device] == 0) {
-        int major = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-        cached[device] = major >= 9 ? 2 : 1;
-    }
+    if (cached[device] == 0) cached[device] = compiled_arch(finish_mean) >= 90 ? 2 : 1;
     return cached[device] == 2;
 }
 

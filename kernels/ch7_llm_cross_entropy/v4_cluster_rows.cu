@@ -36,6 +36,7 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include "compiled_arch.cuh"
 #include "loss_args.h"
 
 namespace cg = cooperative_groups;
@@ -173,17 +174,6 @@ __global__ void __launch_bounds__(kClusterThreads) row_cluster(CrossEntropyArgs 
 #endif
 }
 
-// Hopper or later: thread-block clusters exist (compute capability 9.0).
-static bool has_clusters() {
-    static int major[64] = {0};
-    int device = 0;
-    cudaGetDevice(&device);
-    if (device >= 64) return false;
-    if (major[device] == 0)
-        cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device);
-    return major[device] >= 9;
-}
-
 // A cluster of n blocks per row, when this kernel serves the row (see the header); false leaves
 // the rows to version 3.
 template <class T>
@@ -194,7 +184,7 @@ static bool launch_cluster(const CrossEntropyArgs* a, cudaStream_t stream) {
         constexpr int kVec = 16 / sizeof(T);
         const int64_t C = a->classes;
         const int64_t bytes = C * static_cast<int64_t>(sizeof(T));
-        if (C <= 4096 || C % kVec != 0 || !has_clusters()) return false;
+        if (C <= 4096 || C % kVec != 0) return false;
         const int64_t n = min(ceil_div(bytes, kSliceBytes), static_cast<int64_t>(kMaxCluster));
         const int64_t vecs_per_block = ceil_div(C / kVec, n);  // the row split evenly
         const int64_t slice_bytes = vecs_per_block * 16;
@@ -202,7 +192,10 @@ static bool launch_cluster(const CrossEntropyArgs* a, cudaStream_t stream) {
         // Without a gradient to write, nothing needs the row on chip: version 3 streams rows
         // longer than one block's slice faster (no cluster barriers; bench/PERFLOG.md).
         if (!a->grad && n > 1) return false;
-        static const bool ready =  // asked once: 16-block clusters, shared memory past 48 KB
+        // Asked once: built for Hopper or later (a build for older GPUs has an empty row_cluster,
+        // see above), 16-block clusters, shared memory past 48 KB.
+        static const bool ready =
+            compiled_arch(row_cluster<T>) >= 90 &&
             cudaFuncSetAttribute(row_cluster<T>, cudaFuncAttributeNonPortableClusterSizeAllowed,
                                  1) == cudaSuccess &&
             cudaFuncSetAttribute(row_cluster<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
