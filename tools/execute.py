@@ -9,6 +9,17 @@ kernels/build/provenance.py) and ``course.seconds`` (how long it ran: tools/stal
 GPU run with it).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.
+
+The small-GPU run (``tools/gpu_run.sh smallgpu``) executes copies instead, as a learner's GPU
+would run them, and keeps the stored outputs as they are:
+
+    KERNELS_ARCHS=7.5+PTX python tools/execute.py --out /tmp/small --memory-gib 15 \
+        --summary book/results/small_gpu_run.csv chapters/*.ipynb
+
+``--memory-gib`` caps the notebook's process with ``torch.cuda.set_per_process_memory_fraction``
+(an IPython start-up file, run before the first cell); processes the notebook starts (chapter
+8's ranks, chapter 9's isolated evaluations) are not capped, but size their work by what the
+capped notebook measured.
 """
 
 from __future__ import annotations
@@ -33,44 +44,111 @@ def logged_sources(log: Path) -> dict:
     return dict(sorted(sources.items()))
 
 
-def execute(path: Path, timeout: int) -> float:
+MEMORY_CAP = """import torch
+_total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+torch.cuda.set_per_process_memory_fraction(min(1.0, {gib} * 2**30 / _total))
+del _total
+"""
+
+
+def cap_memory(ipython_dir: Path, gib: float) -> None:
+    """An IPython profile in ``ipython_dir`` whose start-up file caps the GPU memory at ``gib``."""
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-memory-cap.py").write_text(MEMORY_CAP.format(gib=gib))
+
+
+def execute(path: Path, timeout: int, out: Path | None = None,
+            memory_gib: float | None = None) -> float:
+    """Run ``path`` top to bottom and write it, with its provenance, in place or under ``out``
+    (there also when a cell fails, to show where)."""
     import nbformat
     from nbclient import NotebookClient
 
     from kernels.measure.envinfo import environment
 
     notebook = nbformat.read(path, as_version=4)
+    target = out / path if out else path
+    saved = {k: os.environ.get(k) for k in ("KERNELS_SOURCES_LOG", "IPYTHONDIR")}
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "sources.jsonl"
         os.environ["KERNELS_SOURCES_LOG"] = str(log)
+        if memory_gib:
+            cap_memory(Path(scratch) / "ipython", memory_gib)
+            os.environ["IPYTHONDIR"] = str(Path(scratch) / "ipython")
         started = time.perf_counter()
         client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(path.parent)}})
         try:
             client.execute()
+        except Exception:
+            if out:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                nbformat.write(notebook, target)
+            raise
         finally:
-            os.environ.pop("KERNELS_SOURCES_LOG", None)
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
         seconds = time.perf_counter() - started
         notebook.metadata["course"] = {"environment": environment(),
                                        "sources": logged_sources(log),
                                        "seconds": round(seconds)}
-    nbformat.write(notebook, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, target)
     return seconds
+
+
+def summary_rows(outcomes, memory_gib) -> list[dict]:
+    """One row per notebook of a run: how long it took, and ok or the end of its error."""
+    from kernels.measure.envinfo import environment
+
+    env = environment()
+    return [{"notebook": str(path), "outcome": outcome, "seconds": round(seconds),
+             "gpu": env.get("gpu", ""), "archs": os.environ.get("KERNELS_ARCHS", "the GPU's"),
+             "memory_cap_gib": memory_gib or "", "date": env.get("date", "")}
+            for path, outcome, seconds in outcomes]
+
+
+def write_summary(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` to the CSV at ``path``, keeping its rows of other notebooks: a run split
+    over several calls adds up to one table."""
+    import csv
+
+    ran = {row["notebook"] for row in rows}
+    kept = list(csv.DictReader(open(path))) if path.exists() else []
+    rows = [row for row in kept if row["notebook"] not in ran] + rows
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[-1]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    parser.add_argument("--out", type=Path, help="write the executed notebooks under this folder")
+    parser.add_argument("--memory-gib", type=float, help="cap each notebook's GPU memory")
+    parser.add_argument("--summary", type=Path, help="CSV of each notebook's time and outcome")
     args = parser.parse_args()
-    failed = []
+    outcomes = []
     for path in args.notebooks:
+        started = time.perf_counter()
         try:
-            print(f"{path}: executed in {execute(path, args.timeout):.0f} s", flush=True)
+            seconds = execute(path, args.timeout, args.out, args.memory_gib)
+            outcomes.append((path, "ok", seconds))
+            print(f"{path}: executed in {seconds:.0f} s", flush=True)
         except Exception as error:  # report every notebook, then fail
-            failed.append(path)
+            message = " ".join(str(error).split())
+            outcomes.append((path, f"FAILED: {message[-300:]}", time.perf_counter() - started))
             print(f"{path}: FAILED\n{str(error)[-3000:]}", flush=True)
-    return 1 if failed else 0
+    if args.summary:
+        write_summary(args.summary, summary_rows(outcomes, args.memory_gib))
+    return 1 if any(outcome != "ok" for _, outcome, _ in outcomes) else 0
 
 
 if __name__ == "__main__":

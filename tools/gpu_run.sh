@@ -9,6 +9,10 @@
 #               runs with fewer repetitions and writes its measurements to a scratch folder)
 #     tests     the GPU test suites (kernels, validator, sanitizers) and the reliability report
 #     targets   the benchmark scripts that print each target ratio
+#     smallgpu  every notebook as a small GPU runs it: kernels built for compute_75 (PTX that the
+#               driver compiles, so the pre-Hopper paths run), GPU memory capped at 15 GiB, fewer
+#               timing repetitions; copies under /tmp/small-gpu (packed into $OUT/small_gpu.tgz),
+#               each notebook's time and outcome in book/results/small_gpu_run.csv
 #
 # Jupyter's packages come as wheels in .whl/ (../shared/tools/gpu-wheelhouse.sh .whl).
 # With $OUT set, everything produced is packed into $OUT/outputs.tgz.
@@ -41,6 +45,10 @@ for stage in "$@"; do
              python3 bench/cross_entropy_targets.py || status=1
              python3 bench/operator_targets.py || status=1
              python3 bench/llm_cross_entropy_targets.py || status=1 ;;
+    smallgpu) KERNELS_ARCHS=7.5+PTX KERNELS_BENCH_REPS=10 KERNELS_RESULTS_DIR=/tmp/small-results \
+              KERNELS_BUILD_DIR=/tmp/kernels-build-sm75 python3 tools/execute.py --out /tmp/small-gpu \
+                --memory-gib 15 --summary book/results/small_gpu_run.csv "${notebooks[@]}" || status=1
+              if [ -n "${OUT:-}" ]; then tar czf "$OUT/small_gpu.tgz" -C /tmp/small-gpu .; fi ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

@@ -24,6 +24,7 @@ ELEMENT_WISE_CHAPTERS = ("ch2_atomics", "ch3_block_reduction", "ch4_two_pass")
 CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
 OPERATORS_CHAPTER = "ch6_operators"
 LLM_CHAPTER = "ch7_llm_cross_entropy"
+MULTI_GPU_CHAPTER = "ch8_multi_gpu"
 
 
 def kernel_files(*chapters) -> list[Path]:

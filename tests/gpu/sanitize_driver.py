@@ -16,6 +16,7 @@ import torch
 import gpu_support  # noqa: F401  (puts the repository on sys.path)
 from gpu_support import loss_of
 from kernels import get_loss, load
+from kernels.ops import vocab_parallel
 
 SIZES = (1, 100, 4099, 65537)
 ROW_TARGET_SHAPES = ((1, 1), (4, 25), (17, 241), (257, 255), (64, 1024))  # last: 16-byte rows
@@ -98,12 +99,40 @@ def cross_entropy(kernel):
     return runs
 
 
+def vocab_shard(kernel):
+    """Chapter 8's two per-shard steps: both shards of an odd vocabulary split over two ranks,
+    aligned and unaligned logits, every dtype, ignored rows, with and without the logits' sum
+    and label smoothing."""
+    stats, grad = kernel.ops["shard_stats"], kernel.ops["shard_grad"]
+    runs = 0
+    g = torch.Generator().manual_seed(0)
+    for rows, vocab in ((1, 3), (17, 1001), (5, 4099)):
+        target_cpu = torch.randint(0, vocab, (rows,), generator=g)
+        target_cpu[::3] = -100
+        target = cuda(target_cpu)
+        lse, scale = cuda(torch.randn(rows, generator=g)), cuda(torch.rand(rows, generator=g))
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for rank, offset in ((0, 0), (1, 1)):
+                start, stop = vocab_parallel.shard_bounds(vocab, rank, 2)
+                logits = cuda(torch.randn(rows, stop - start, generator=g).to(dtype), offset)
+                for want_sum in (False, True):
+                    stats(logits, target, start, vocab, -100, want_sum)
+                for smoothing in (0.0, 0.1):
+                    grad(logits, target, lse, scale, start, vocab, -100, smoothing)
+                runs += 4
+    return runs
+
+
 def main(path):
     kernel = load(path)
     runs = 0
     for op in sorted(kernel.ops):
         if op == "cross_entropy":
             runs += cross_entropy(kernel)
+        elif op == "shard_stats":
+            runs += vocab_shard(kernel)
+        elif op == "shard_grad":
+            continue  # exercised with shard_stats
         elif op.startswith("cross_entropy_") or op.endswith("_scale_grad"):
             continue  # exercised with their forward op
         elif kernel.struct == "FusedLossArgs":

@@ -1,4 +1,4 @@
-"""Every kernel version (chapters 2-7) under compute-sanitizer: memcheck, racecheck, synccheck and
+"""Every kernel version (chapters 2-8) under compute-sanitizer: memcheck, racecheck, synccheck and
 initcheck, on small irregular inputs (tests/gpu/sanitize_driver.py).
 
 All kernels are built once in this process first (the build folder, KERNELS_BUILD_DIR, is shared
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from gpu_support import (CROSS_ENTROPY_CHAPTER, ELEMENT_WISE_CHAPTERS, LLM_CHAPTER,
-                         OPERATORS_CHAPTER, kernel_files, record, version)
+                         MULTI_GPU_CHAPTER, OPERATORS_CHAPTER, kernel_files, record, version)
 
 pytestmark = pytest.mark.gpu
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 FILES = kernel_files(*ELEMENT_WISE_CHAPTERS, CROSS_ENTROPY_CHAPTER, OPERATORS_CHAPTER,
-                     LLM_CHAPTER)
+                     LLM_CHAPTER, MULTI_GPU_CHAPTER)
 DRIVER = Path(__file__).resolve().parent / "sanitize_driver.py"
 WORKERS = 8
 TIMEOUT = 600
