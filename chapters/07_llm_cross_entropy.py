@@ -49,6 +49,7 @@ from IPython.display import Markdown
 
 import kernels
 from kernels import Chapter, bench, load, results
+from kernels.build import toolchain
 from kernels.correctness import relative_error
 from kernels.cross_entropy import cross_entropy
 from kernels.llm_head import head_inputs, linear_cross_entropy, measure_step
@@ -91,6 +92,13 @@ CAPABILITY = torch.cuda.get_device_capability()
 READ_GBPS = bench.read_bandwidth()
 print(f"{ch.gpu} (compute capability {CAPABILITY[0]}.{CAPABILITY[1]}): read "
       f"{READ_GBPS:.0f} GB/s, copy (read + write) {ch.peak:.0f} GB/s")
+# Version 4's clusters need kernels built for Hopper or later: for this GPU, or $KERNELS_ARCHS.
+ARCHS = toolchain.target_archs()
+CLUSTERS = all(float(arch.split("+")[0]) >= 9.0 for arch in ARCHS)
+BOOK_RUN = ch.published_rows()  # the book's measurements, read before this run replaces them
+if not CLUSTERS:
+    print(f"Built for {', '.join(ARCHS)}: no thread-block clusters, so version 4 takes version "
+          f"3's path on every row; the book's run on {BOOK_RUN[0]['gpu']} is shown beside yours")
 
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
@@ -325,6 +333,12 @@ for shape in ((32768, 16384), (16384, 65536), (8192, 131072)):
 for label, value, goal, kind in checks:
     ok = value <= goal if kind == "max" else value >= goal
     print(f"{'PASS' if ok else 'MISS'}  {label:<48} measured {value:.2f}")
+if not CLUSTERS:  # what version 4 does with clusters, from the book's run
+    for label, shape in (("fwd+bwd bfloat16", (8192, 128256)), ("fwd+bwd float32", (4096, 131072))):
+        book = {r["provider"]: r["ms"] for r in BOOK_RUN
+                if r["loss"] == label and r["shape"] == shape}
+        print(f"book's run, {label} {shape[0]} x {shape[1]}: version 4 {book[v4_name]:.2f} ms, "
+              f"version 3 {book['v3 (chapter 5)']:.2f} ms")
 fb = get("fwd+bwd bfloat16", (8192, 128256), v4_name)["ms"]
 for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
     if any(r["provider"] == other for r in rows):
