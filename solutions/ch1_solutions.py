@@ -92,9 +92,11 @@ smooth_l1_bytes = (2 * n + n) * 4 + n * 4  # element-wise: read p, t, write the 
 check_smooth_l1_bytes(smooth_l1_bytes)
 
 # %% tags=["nbval-ignore-output"]
-eager = at("smooth_l1", "eager", (n,))
-compiled = at("smooth_l1", "torch.compile", (n,))
-predicted_ms = smooth_l1_bytes / peak / 1e6
+# The largest size measured: 2^30, or less where chapter 1 ran on a GPU that cannot hold it.
+m = max(r["shape"][0] for r in rows if r["loss"] == "smooth_l1" and r["provider"] == "torch.compile")
+eager = at("smooth_l1", "eager", (m,))
+compiled = at("smooth_l1", "torch.compile", (m,))
+predicted_ms = smooth_l1_bytes * (m / n) / peak / 1e6
 print(f"predicted {predicted_ms:.3f} ms (bytes / read bandwidth), measured {eager['ms']:.3f} ms: "
       f"{eager['ms'] / predicted_ms:.2f}x the prediction")
 print(f"eager / torch.compile: {eager['ms'] / compiled['ms']:.2f}x (bytes predict 2.00x)")
