@@ -664,3 +664,22 @@ def test_the_checks_call_a_model_new_as_often_as_the_cheats_count():
 
     run(94, Counted, static_checks=False)
     assert len(calls) == CHECKING_CALLS
+
+
+def test_sized_for_halves_a_problem_the_memory_cannot_hold(monkeypatch):
+    import torch
+
+    from kernels import kernelbench
+    from kernels.kernelbench import problems
+    from kernels.measure import bench
+
+    problem = kernelbench.get_problem(100)
+    need = problems.PEAK_FACTOR * problem.min_bytes()
+    assert kernelbench.sized_for(100, need)[0] is problem
+    smaller, said = kernelbench.sized_for(100, need // 2)
+    assert smaller.sizes == {"batch_size": 16384, "dim": 16384}
+    assert "this GPU has" in said
+    # a per-process cap that mem_get_info cannot see counts too
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "free_memory", lambda: need // 2)
+    assert kernelbench.sized_for(100, 80 << 30)[0].sizes == smaller.sizes

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from ..losses import get_loss
+from ..measure import bench
 
 UPSTREAM = "https://github.com/ScalingIntelligence/KernelBench"
 COMMIT = "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
@@ -351,7 +352,14 @@ PROBLEMS = {
 
 def sized_for(problem, free_bytes: int) -> tuple[Problem, str]:
     """The problem at its size if an evaluation fits in ``free_bytes`` of GPU memory, else halved in
-    each dimension until it does; and a sentence that says which, for the output."""
+    each dimension until it does; and a sentence that says which, for the output.
+
+    With a GPU present, ``free_bytes`` counts no more than this process may allocate
+    (:func:`kernels.measure.bench.free_memory`): a cap set with
+    ``torch.cuda.set_per_process_memory_fraction``, which ``torch.cuda.mem_get_info`` does not
+    see, counts too."""
+    if torch.cuda.is_available():
+        free_bytes = min(free_bytes, bench.free_memory())
     problem = get_problem(problem)
     fitted = problem
     while PEAK_FACTOR * fitted.min_bytes() > free_bytes and min(fitted.sizes.values()) > 256:
