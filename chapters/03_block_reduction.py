@@ -367,8 +367,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
 # builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
-# skeletons compile and run; they fail the check (or, for exercise 3.3, the speed target)
-# until you finish them. Solutions are in
+# skeletons compile and run; they fail the check until you finish them. Solutions are in
 # {doc}`../solutions/ch3_solutions`.
 
 # %% [markdown]
@@ -429,9 +428,9 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 #
 # Version 3 removed version 2's bank conflicts by changing the order of the additions. The
 # other classic cure keeps the order and moves the data: `kernels/exercises/ch3_padded_tree.cu`
-# is version 2 with a function `padded(w)` that says where word `w` of the tree is stored.
-# Make it `w + w / 32` (one unused word after every 32), use it wherever the tree touches
-# shared memory, and give the array the room it needs. Before you run it, use
+# is version 2 without its tree, and with a function `padded(w)` that says where word `w` of
+# the tree is stored. Write version 2's rounds through `padded`, then make it leave one unused
+# word after every 32, and give the array the room that takes. Before you run it, use
 # `strided_rounds` above to predict the wavefronts per access with the padding. **Target**:
 # 1.1 times as fast as version 2 at $2^{24}$ elements.
 # ```

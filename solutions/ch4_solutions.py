@@ -33,6 +33,7 @@ import torch
 
 import kernels
 from kernels import bench, check, load
+from kernels.exercises.ch4_checks import check_kahan
 from kernels.notebook import show_source
 
 # %% [markdown]
@@ -54,10 +55,7 @@ from kernels.notebook import show_source
 show_source(f"{ROOT}/solutions/kernels/ch4_kahan.cu", fold=False)
 
 # %% tags=["gpu"]
-STRICT = [("2^26", (1 << 26,)), ("2^26 + 1001", ((1 << 26) + 1001,)), ("3 x 2^25", (3 << 25,))]
-solution = load(f"{ROOT}/solutions/kernels/ch4_kahan.cu")
-check(solution.mse, "mse")
-check(solution.mse, "mse", rtol=2e-7, shapes=STRICT)
+check_kahan(load(f"{ROOT}/solutions/kernels/ch4_kahan.cu"))
 
 # %% [markdown]
 # ```{solution-end}
