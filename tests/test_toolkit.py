@@ -199,6 +199,12 @@ def test_kernels_archs_overrides_the_gpu_present(monkeypatch):
     assert toolchain.target_archs(None) == ("7.5+PTX",)
 
 
+@pytest.mark.parametrize("archs, hopper", [(("9.0",), True), (("9.0a", "10.0"), True),
+                                            (("7.5+PTX",), False), (("8.0", "9.0"), False)])
+def test_builds_for_hopper(archs, hopper):
+    assert toolchain.builds_for_hopper(archs) is hopper
+
+
 # --- build_cache: the build folder lock ------------------------------------------------------
 
 def test_build_lock_removes_a_stale_torch_lock(tmp_path):

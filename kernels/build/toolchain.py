@@ -114,6 +114,13 @@ def target_archs(archs=None) -> tuple[str, ...]:
                        "or set TORCH_CUDA_ARCH_LIST")
 
 
+def builds_for_hopper(archs=None) -> bool:
+    """Whether every architecture the kernels are built for (:func:`target_archs`) is Hopper's or
+    later: only then do chapter 7's thread-block clusters exist in the build."""
+    return all(float(re.match(r"\d+(\.\d+)?", arch).group()) >= 9.0  # "9.0a", "7.5+PTX"
+               for arch in target_archs(archs))
+
+
 @contextlib.contextmanager
 def arch_list(archs):
     """Set $TORCH_CUDA_ARCH_LIST (what cpp_extension compiles for) to ``archs`` for one build."""
