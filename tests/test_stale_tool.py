@@ -38,3 +38,16 @@ def test_changed_sources_names_each_changed_or_missing_file():
     assert changed_sources({"sources": {file: digest}}) == []
     assert changed_sources({"sources": {file: "0" * 64, "kernels/gone.cu": digest}}) == [
         f"{file} changed since the notebook was executed", "kernels/gone.cu no longer exists"]
+
+
+def test_a_code_cell_without_outputs_makes_an_executed_notebook_stale():
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell("print(1)", execution_count=1),
+             nbformat.v4.new_markdown_cell("text"), nbformat.v4.new_code_cell("print(2)")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    assert stale.what_changed(notebook) == []  # never executed: nothing stored to be stale
+    notebook.metadata["course"] = {"sources": {}}
+    assert stale.what_changed(notebook) == ["code cells [2] changed since the notebook was executed"]
+    notebook.cells[2].execution_count = 2
+    assert stale.what_changed(notebook) == []

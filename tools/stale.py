@@ -3,8 +3,9 @@
     python tools/stale.py                 # the stale notebooks, why, and their last run time
     python tools/stale.py --limit 540     # also: NOTEBOOKS=... lines, each call under 540 s
 
-A notebook is stale when a kernel source it built has changed since it was executed (the rule
-of tests/test_notebooks.py, kernels.build.provenance.changed_sources). Its last run time is
+A notebook is stale when a kernel source it built has changed since it was executed, or when a
+code cell has no execution count because its code changed (tools/sync_notebooks.py empties it):
+the two rules of tests/test_notebooks.py. Its last run time is
 ``metadata.course.seconds``, written by tools/execute.py; a notebook executed before that field
 existed counts as ``--unknown`` seconds. The device runs at most 600 s per call, so the stale
 notebooks are packed, longest first, into calls of ``tools/gpu_run.sh execute``, one set of
@@ -22,18 +23,33 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def what_changed(notebook) -> list[str]:
+    """Why an executed notebook must run again: its changed kernel sources, and its code cells
+    left without outputs by a change of their code. Nothing for a notebook never executed."""
+    from kernels.build.provenance import changed_sources
+
+    course = notebook.metadata.get("course")
+    if not course:
+        return []
+    changed = changed_sources(course)
+    not_run = [i for i, cell in enumerate(notebook.cells)
+               if cell.cell_type == "code" and cell.get("execution_count") is None]
+    if not_run:
+        changed.append(f"code cells {not_run} changed since the notebook was executed")
+    return changed
+
+
 def stale_notebooks() -> list[tuple[Path, list[str], dict]]:
     """(notebook, what changed, its ``metadata.course``) of every stale notebook."""
     import nbformat
 
     from kernels.course.book import notebooks
-    from kernels.build.provenance import changed_sources
 
     found = []
     for path in notebooks():
-        course = nbformat.read(path, as_version=4).metadata.get("course")
-        if course and (changed := changed_sources(course)):
-            found.append((path, changed, course))
+        notebook = nbformat.read(path, as_version=4)
+        if changed := what_changed(notebook):
+            found.append((path, changed, notebook.metadata["course"]))
     return found
 
 
