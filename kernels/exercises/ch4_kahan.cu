@@ -5,9 +5,9 @@
 // to about 10^8, where one float step (ulp) is 8 or 16, so every addition rounds away a few
 // units and the roundings pile up. (One thread is slow; here it only serves the lesson.)
 //
-// TODO: keep the float accumulator but make pass 2 compensated (Kahan summation): carry the
-// rounding error of each addition in a second float and subtract it from the next addend. The
-// strict check (rtol 2e-7 at 2^26 elements) fails until you do; the default check passes already.
+// TODO(exercise 4.1): keep the float accumulator but make pass 2 compensated (Kahan summation).
+// The strict check (rtol 2e-7 at 2^26 elements) fails until you do; the default check passes
+// already.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
