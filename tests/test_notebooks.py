@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from kernels.build import skeletons
-from kernels.build.provenance import changed_sources
+from kernels.build.provenance import cells_not_run, changed_sources
 from kernels.course.book import notebooks as all_notebooks
 from kernels.course.book import toc_files
 from kernels.course.notebook import SETUP_CELL, SETUP_TAG
@@ -227,8 +227,7 @@ def test_every_code_cell_of_an_executed_notebook_ran(path):
     notebook = read(path)
     if notebook.metadata.get("course") is None:
         return  # never executed on a GPU: test_stored_outputs_match_the_kernel_sources covers it
-    not_run = [i for i, c in enumerate(notebook.cells)
-               if c.cell_type == "code" and c.get("execution_count") is None]
+    not_run = cells_not_run(notebook)
     assert not not_run, (f"{rel(path)}: code cells {not_run} have no execution count: execute "
                          f"the notebook again (or tools/fill_cpu_cells.py for CPU cells)")
 

@@ -26,15 +26,13 @@ sys.path.insert(0, str(ROOT))
 def what_changed(notebook) -> list[str]:
     """Why an executed notebook must run again: its changed kernel sources, and its code cells
     left without outputs by a change of their code. Nothing for a notebook never executed."""
-    from kernels.build.provenance import changed_sources
+    from kernels.build.provenance import cells_not_run, changed_sources
 
     course = notebook.metadata.get("course")
     if not course:
         return []
     changed = changed_sources(course)
-    not_run = [i for i, cell in enumerate(notebook.cells)
-               if cell.cell_type == "code" and cell.get("execution_count") is None]
-    if not_run:
+    if not_run := cells_not_run(notebook):
         changed.append(f"code cells {not_run} changed since the notebook was executed")
     return changed
 

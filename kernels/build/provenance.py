@@ -2,8 +2,9 @@
 
 tools/execute.py sets $KERNELS_SOURCES_LOG while it runs a notebook, and stores what ``load``
 logged there as the notebook's ``metadata.course.sources``. :func:`changed_sources` compares them
-with the files: tests/test_notebooks.py fails on a notebook whose outputs are older than its
-kernels, and tools/stale.py lists those notebooks for the next GPU run.
+with the files, and :func:`cells_not_run` finds cells whose code changed: tests/test_notebooks.py
+fails on a notebook whose outputs are older than its kernels or its code, and tools/stale.py
+lists those notebooks for the next GPU run.
 """
 
 from __future__ import annotations
@@ -45,3 +46,10 @@ def changed_sources(course: dict) -> list[str]:
         elif digest(source) != recorded:
             changed.append(f"{file} changed since the notebook was executed")
     return changed
+
+
+def cells_not_run(notebook) -> list[int]:
+    """The code cells of a notebook that have no execution count: in an executed notebook, the
+    cells whose code changed since (tools/sync_notebooks.py empties their outputs)."""
+    return [i for i, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code" and cell.get("execution_count") is None]
