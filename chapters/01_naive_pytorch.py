@@ -593,13 +593,10 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes {smallest['
 # GPU times: the host's own work per call comes on top in a real loop (the 1-element add took
 # several times its GPU time from call to result, above), and for `torch.compile` it includes
 # Dynamo's checks that the inputs still match the compiled shapes and Inductor's wrapper.
-# Eager and compiled MSE reach half of their best at the same size; compiled Hinge and
-# cross-entropy need larger inputs for that than eager mode does (the table). Compiled Smooth
-# L1 crosses later than eager Smooth L1 in this run only because of one point: at 4,194,304
-# elements (the smooth_l1 table above) it took about as long as at sixteen times the size,
-# about ten times what chapter 3 measures for the same compiled loss at that size on the same
-# GPU model. We have not explained that point and could not rerun it with these outputs; treat
-# it as a single-run outlier, and compiled Smooth L1's crossing as unknown. Below
+# Eager and compiled Smooth L1 reach half of their best at the same size; compiled MSE, Hinge
+# and cross-entropy need larger inputs for that than eager mode does (the table), compiled MSE
+# only just: in the mse table above it sits barely under half its best at the size where eager
+# MSE crosses. Below
 # the crossing, making a kernel faster changes little; what counts there is the number of
 # launches and the work done per call. (The compiled curves are
 # measured at every other size, so their crossing points are known only to within a factor

@@ -144,8 +144,8 @@ for s, working, warps, ways in strided_rounds():
     print(f"{s:3}   {working:15}   {warps:5}   {ways}")
 
 # %% [markdown]
-# Conflicts from the first round (2-way), 8-way at $s$ = 4, 8 and 16, fewer once fewer than 32
-# threads are left. Adding the upper half onto the lower half instead makes a warp touch 32
+# Conflicts from the first round (2-way), 8-way at $s$ = 4, 8 and 16, fewer once fewer than 8
+# threads are left (the table). Adding the upper half onto the lower half instead makes a warp touch 32
 # consecutive words: one per bank. Nsight Compute counts the wavefronts and the conflicts of
 # both versions on $2^{24}$ elements (65536 blocks):
 
@@ -246,7 +246,7 @@ print(profile.excerpt(loop, r"LDG\.E(\.\w+)*\.128", 12))
 # Four 16-byte loads (`LDG.E...128`), two per input, before the arithmetic on the first two:
 # 64 bytes per thread in flight, not the `kUnroll` x 2 x 16 = 128 the source suggests. The
 # compiler reuses the registers of one unrolled iteration for the next, and picks the depth;
-# the unrolling only gives it room. Exercise 3.3 asks what a deeper pipeline would buy.
+# the unrolling only gives it room.
 #
 # The check also covers unaligned views (`x[1:]` starts 4 bytes past a 16-byte boundary), which
 # version 6 handles by peeling its first elements:

@@ -733,7 +733,7 @@ plt.show()
 # last line checks.
 #
 # Per step, our runs are mostly slower, the language model's clearly so; in runs this short the
-# host's timing is noisy enough that one of them can come out ahead (Smooth L1's, this time).
+# host's timing is noisy enough that one of them can come out ahead (the hinge run's, this time).
 # These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than
 # PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The

@@ -153,8 +153,8 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "__global__ void __launc
 # splices it in) and sends it the rows the cluster kernel does not take: rows of up to 4096
 # classes (one block's registers hold them), rows not a multiple of 16 bytes long (odd
 # vocabularies such as GPT-2's 50257), rows longer than 16 slices of 112 KB, float64, the
-# forward alone when a row spans several blocks (streaming is faster without a gradient to
-# write; measured below), and **GPUs before Hopper**: on Colab's T4 (sm_75) the file compiles,
+# forward alone when a row spans several blocks (with no gradient to write, one streaming read
+# of the row is all the forward needs), and **GPUs before Hopper**: on Colab's T4 (sm_75) the file compiles,
 # the cluster kernel is empty there, and every row takes version 3's path.
 
 # %%

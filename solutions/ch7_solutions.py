@@ -157,8 +157,9 @@ print(f"weight-gradient traffic within 5% of the products from chunks of {within
 # not reach the peak, so the peak would make the products look shorter and every traffic term
 # relatively larger. The chapter's sweep goes the same way, larger chunks faster (its plot of
 # time against memory), and adds what the model leaves out: the shape of the products (896 rows
-# ran slower than 768). Its measured steps land within a few percent of the model's totals,
-# on either side: the model is a first-order account of the time, not a prediction to the
+# ran slower than 768). Its measured steps come out below the model's totals at nearly every
+# chunk size, by up to about a tenth (only the 896-row chunk lands on the model's line: compare
+# `book/results/ch7_chunks.csv` with the totals above): the model is a first-order account of the time, not a prediction to the
 # millisecond.
 #
 # ```{solution-end}
@@ -210,8 +211,8 @@ if counters:
 # The count holds: per value the two dtypes cost about the same (the last lines; the per-value
 # count above was low, as the shared-memory loads, the loop, the address arithmetic and the
 # block reductions come on top), so per byte bf16 executes about twice the instructions of
-# fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs at a third
-# of its peak or so, the FMA pipes lower, and the SM issues well under the four instructions
+# fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs well under
+# half its peak (the MUFU line above), the FMA pipes lower, and the SM issues well under the four instructions
 # per cycle it could. The extra instructions lengthen each block's computing phase between its
 # copies and its stores; with 6 or 7 small blocks per SM (128 threads, about 32 KB of shared
 # memory each: chapter 7's Nsight Compute table) other blocks keep copying meanwhile, and DRAM
