@@ -111,3 +111,26 @@ def test_ncu_profiles_only_the_marked_region_when_asked(monkeypatch, marked):
     assert ("--profile-from-start" in command) == marked
     if marked:
         assert command[command.index("--profile-from-start") + 1] == "off"
+
+
+def test_listed_arch_is_the_gpus_own_else_the_newest_older_one_with_a_warning():
+    assert profile.listed_arch(["sm_75", "sm_90"], "sm_90") == "sm_90"
+    assert profile.listed_arch(["sm_90a"], "sm_90") == "sm_90a"  # Hopper-only instructions
+    with pytest.warns(UserWarning, match="no sm_90 machine code.*listing its sm_80 code"):
+        assert profile.listed_arch(["sm_75", "sm_80", "sm_100"], "sm_90") == "sm_80"
+    with pytest.raises(RuntimeError, match="no machine code for sm_75"):
+        profile.listed_arch(["sm_90"], "sm_75")
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") and profile.cuobjdump_path()),
+                    reason="needs nvcc and cuobjdump (CUDA toolkit or Triton)")
+def test_machine_code_archs_reads_a_library_built_for_a_small_gpu(tmp_path):
+    import subprocess
+
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void first(float* x) { x[threadIdx.x] += 1.f; }\n")
+    library = tmp_path / "k.so"  # what KERNELS_ARCHS=7.5+PTX builds: sm_75 code and its PTX
+    subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", "-gencode",
+                    "arch=compute_75,code=[sm_75,compute_75]", "-o", str(library), str(source)],
+                   check=True, capture_output=True)
+    assert profile.machine_code_archs(profile.cuobjdump_path(), library) == ["sm_75"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -101,6 +102,17 @@ def execute(path: Path, timeout: int, out: Path | None = None,
     return seconds
 
 
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failure(error: Exception) -> str:
+    """"FAILED: <exception>: <message>" on one line, without the traceback's colours: a cell's
+    error (nbclient's CellExecutionError names them), or the error itself."""
+    name, value = getattr(error, "ename", ""), getattr(error, "evalue", "")
+    text = f"{name}: {value}" if name else str(error)
+    return "FAILED: " + " ".join(ANSI_COLOUR.sub("", text).split())[:300]
+
+
 def summary_rows(outcomes, memory_gib) -> list[dict]:
     """One row per notebook of a run: how long it took, and ok or the end of its error."""
     from kernels.measure.envinfo import environment
@@ -143,8 +155,7 @@ def main() -> int:
             outcomes.append((path, "ok", seconds))
             print(f"{path}: executed in {seconds:.0f} s", flush=True)
         except Exception as error:  # report every notebook, then fail
-            message = " ".join(str(error).split())
-            outcomes.append((path, f"FAILED: {message[-300:]}", time.perf_counter() - started))
+            outcomes.append((path, failure(error), time.perf_counter() - started))
             print(f"{path}: FAILED\n{str(error)[-3000:]}", flush=True)
     if args.summary:
         write_summary(args.summary, summary_rows(outcomes, args.memory_gib))

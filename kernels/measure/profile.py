@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -225,18 +226,54 @@ def functions(listing: str) -> dict[str, list[str]]:
     return found
 
 
+# One machine-code file of a library, as cuobjdump -lelf names it: "ELF file 1: k.1.sm_75.cubin"
+ELF_ARCH = re.compile(r"\.(sm_\d+[a-z]?)\.cubin$", re.MULTILINE)
+
+
+def arch_number(arch: str) -> int:
+    """"sm_90a" -> 90."""
+    return int(re.sub(r"\D", "", arch))
+
+
+def machine_code_archs(tool: str, library: Path) -> list[str]:
+    """The architectures ``library`` holds machine code for, oldest first (["sm_75", "sm_90"])."""
+    listing = subprocess.run([tool, "-lelf", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    return sorted(set(ELF_ARCH.findall(listing)), key=arch_number)
+
+
+def listed_arch(held: list[str], device: str) -> str:
+    """The architecture whose machine code to list for a GPU of architecture ``device``: its own,
+    else the newest older one the library holds, which is the code a GPU of that kind runs (a
+    build for "7.5+PTX" on an H100 holds sm_75 code and PTX, which the driver compiles at load
+    time and cuobjdump cannot list)."""
+    same = [arch for arch in held if arch_number(arch) == arch_number(device)]
+    if same:  # sm_90, or sm_90a where a kernel uses Hopper-only instructions
+        return same[0]
+    older = [arch for arch in held if arch_number(arch) <= arch_number(device)]
+    if not older:
+        raise RuntimeError(f"the build holds no machine code for {device} or older GPUs "
+                           f"(only {', '.join(held) or 'PTX'})")
+    warnings.warn(f"this build holds no {device} machine code (the driver compiles its PTX when "
+                  f"it loads); listing its {older[-1]} code, which a GPU of that kind runs",
+                  stacklevel=3)
+    return older[-1]
+
+
 def sass(kernel, function: str = "", arch: str | None = None) -> dict[str, list[str]]:
     """The instructions of every function of a built kernel whose (mangled) name matches
-    ``function``, for the GPU's architecture (or ``arch``, e.g. "sm_90")."""
+    ``function``, for the GPU's architecture (or ``arch``, e.g. "sm_90"); see :func:`listed_arch`
+    for a build without code for this GPU."""
     tool = cuobjdump_path()
     if tool is None:
         raise FileNotFoundError("cuobjdump not found (CUDA toolkit or Triton)")
+    library = library_of(kernel)
     if arch is None:
         import torch
 
         major, minor = torch.cuda.get_device_capability()
-        arch = f"sm_{major}{minor}"
-    listing = subprocess.run([tool, "-sass", "-arch", arch, str(library_of(kernel))],
+        arch = listed_arch(machine_code_archs(tool, library), f"sm_{major}{minor}")
+    listing = subprocess.run([tool, "-sass", "-arch", arch, str(library)],
                              capture_output=True, text=True, check=True).stdout
     return {name: body for name, body in functions(listing).items() if re.search(function, name)}
 
