@@ -713,6 +713,21 @@ def test_fused_head_chunks_fit_the_budget_in_whole_tiles():
         assert rows % ROW_MULTIPLE == 0 and rows * vocab * 2 <= CHUNK_BYTES < 2**28  # < 0.25 GiB
 
 
+def test_a_head_that_runs_out_of_memory_is_measured_as_none(monkeypatch):
+    from kernels.ops import llm_head
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.64 GiB.")
+
+    monkeypatch.setattr(llm_head, "measure_step", out_of_memory)
+    h, w, t = torch.randn(4, 8), torch.randn(16, 8), torch.zeros(4, dtype=torch.int64)
+    h.grad = torch.ones_like(h)
+    assert llm_head.measure_step_if_it_fits(None, h, w, t) is None
+    assert h.grad is None  # a partial step's gradient is freed with it
+    monkeypatch.setattr(llm_head, "measure_step", lambda *args: (1.5, 0.25))
+    assert llm_head.measure_step_if_it_fits(None, h, w, t) == (1.5, 0.25)
+
+
 def test_fused_head_rejects_cpu_tensors_and_bad_arguments_before_any_kernel():
     from kernels.ops.llm_head import linear_cross_entropy
 

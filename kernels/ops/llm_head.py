@@ -202,3 +202,15 @@ def measure_step(loss_fn, h, w, t, reps: int = 8):
     grads = h.numel() * h.element_size() + w.numel() * w.element_size()
     extra = (torch.cuda.max_memory_allocated() - before - grads) / 2**30
     return time_ms(step, [(h, w, t)], warmup=2, reps=reps), extra
+
+
+def measure_step_if_it_fits(loss_fn, h, w, t, reps: int = 8):
+    """:func:`measure_step`, or None where a step runs out of GPU memory (eager PyTorch's logits
+    on a 16 GB GPU): on such a GPU, that a head does not fit is the measurement."""
+    try:
+        return measure_step(loss_fn, h, w, t, reps)
+    except torch.OutOfMemoryError:
+        pass  # out of the handler, so that its traceback no longer holds the step's tensors
+    h.grad = w.grad = None
+    torch.cuda.empty_cache()
+    return None
