@@ -15,7 +15,10 @@
 #               each notebook's time and outcome in book/results/small_gpu_run.csv
 #
 # Jupyter's packages come as wheels in .whl/ (../shared/tools/gpu-wheelhouse.sh .whl).
-# With $OUT set, everything produced is packed into $OUT/outputs.tgz.
+# With $OUT set, everything produced is packed into $OUT/outputs.tgz (and the small-GPU copies
+# into $OUT/small_gpu.tgz), again after each notebook, so a run cut off by a time limit still
+# returns the notebooks it finished. With $DEADLINE (seconds), the notebook stages start no
+# notebook once the run is older than that, and say which they skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
@@ -28,16 +31,37 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD
 read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.course.book | tr '\n' ' ')}"
 status=0
 executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
+
+pack() {  # what this run produced so far, into $OUT
+  [ -n "${OUT:-}" ] || return 0
+  tar czf "$OUT/outputs.tgz" "${executed[@]}" book/results book/status.md \
+    $(ls book/reliability.md 2>/dev/null)
+  if [ -d /tmp/small-gpu ]; then tar czf "$OUT/small_gpu.tgz" -C /tmp/small-gpu .; fi
+}
+
+in_time() {  # false, with a message, once the run is older than $DEADLINE
+  if [ -n "${DEADLINE:-}" ] && (( SECONDS > DEADLINE )); then
+    echo "skipped $1: the run is past DEADLINE=$DEADLINE s"; return 1
+  fi
+}
+
 for stage in "$@"; do
   echo "=== $stage"
   case $stage in
     builds)  python3 bench/build_times.py --keep "$KERNELS_BUILD_DIR" ${BUILD_FILES:-} || status=1 ;;
-    execute) python3 tools/execute.py "${notebooks[@]}" || status=1
-             executed=("${notebooks[@]}")
-             python3 tools/status.py ;;
-    nbval)   KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
-             python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval --nbval-sanitize-with nbval_sanitize.cfg \
-               -o addopts="" "${notebooks[@]}" || status=1 ;;
+    execute) for nb in "${notebooks[@]}"; do
+               in_time "$nb" || continue
+               python3 tools/execute.py "$nb" || status=1
+               executed+=("$nb")
+               python3 tools/status.py
+               pack
+             done ;;
+    nbval)   for nb in "${notebooks[@]}"; do
+               in_time "$nb" || continue
+               KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
+               python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval \
+                 --nbval-sanitize-with nbval_sanitize.cfg -o addopts="" "$nb" || status=1
+             done ;;
     tests)   RELIABILITY_RESULTS=/tmp/reliability.jsonl python3 -m pytest -q -p no:cacheprovider \
                -o addopts="" tests/gpu --timeout 900 || status=1
              python3 tools/reliability_report.py /tmp/reliability.jsonl || status=1 ;;
@@ -45,15 +69,15 @@ for stage in "$@"; do
              python3 bench/cross_entropy_targets.py || status=1
              python3 bench/operator_targets.py || status=1
              python3 bench/llm_cross_entropy_targets.py || status=1 ;;
-    smallgpu) KERNELS_ARCHS=7.5+PTX KERNELS_BENCH_REPS=10 KERNELS_RESULTS_DIR=/tmp/small-results \
-              KERNELS_BUILD_DIR=/tmp/kernels-build-sm75 python3 tools/execute.py --out /tmp/small-gpu \
-                --memory-gib 15 --summary book/results/small_gpu_run.csv "${notebooks[@]}" || status=1
-              if [ -n "${OUT:-}" ]; then tar czf "$OUT/small_gpu.tgz" -C /tmp/small-gpu .; fi ;;
+    smallgpu) for nb in "${notebooks[@]}"; do
+                in_time "$nb" || continue
+                KERNELS_ARCHS=7.5+PTX KERNELS_BENCH_REPS=10 KERNELS_RESULTS_DIR=/tmp/small-results \
+                KERNELS_BUILD_DIR=/tmp/kernels-build-sm75 python3 tools/execute.py --out /tmp/small-gpu \
+                  --memory-gib 15 --summary book/results/small_gpu_run.csv "$nb" || status=1
+                pack
+              done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
-if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/outputs.tgz" "${executed[@]}" book/results book/status.md \
-    $(ls book/reliability.md 2>/dev/null)
-fi
+pack
 exit $status
