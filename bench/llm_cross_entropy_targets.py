@@ -10,9 +10,10 @@ Side by side on the same inputs, in one process:
 2. the forward alone, bf16, at 32768 x 16384, 16384 x 65536 and 8192 x 131072 (GB/s of logits
    and targets read);
 3. the language-model head, linear + cross-entropy forward+backward, at T=8192, H=4096,
-   V=128256 and T=16384, H=2048, V=151936 bf16: eager, ``torch.compile``, Liger's fused linear
-   cross-entropy, matmul + v4, and ``kernels.ops.llm_head.linear_cross_entropy``; time and the peak
-   memory beyond the inputs, the weight and their gradients.
+   V=128256 and T=16384, H=2048, V=151936 bf16: eager, ``torch.compile``, matmul + v4, the
+   fused linear cross-entropies of other projects that are installed
+   (``llm_head.other_fused_heads``) and ``kernels.ops.llm_head.linear_cross_entropy``; time and
+   the peak memory beyond the inputs, the weight and their gradients.
 Writes book/results/llm_cross_entropy.csv (time, GB/s) and book/results/llm_head.csv (time,
 memory).
 """
@@ -25,28 +26,23 @@ import torch.nn.functional as F
 from kernels import bench, load, results
 from kernels.measure.bench import Measurement
 from kernels.ops.cross_entropy import cross_entropy
-from kernels.ops.llm_head import LLM_CE_FILE, head_inputs, linear_cross_entropy, measure_step
+from kernels.ops.llm_head import (LLM_CE_FILE, head_inputs, linear_cross_entropy, loss_only,
+                                  measure_step, other_fused_heads)
 
 CHAPTER = "llm_cross_entropy"
 V3 = "ch5_cross_entropy/v3_fused_rows.cu"
 
 try:  # Liger-Kernel: optional, compared when present
-    from liger_kernel.transformers.functional import (liger_cross_entropy,
-                                                      liger_fused_linear_cross_entropy)
+    from liger_kernel.transformers.functional import liger_cross_entropy
 except ImportError:
-    liger_cross_entropy = liger_fused_linear_cross_entropy = None
-
-
-def first(out):
-    """Liger returns a tuple when extra outputs are asked for; the loss comes first."""
-    return out[0] if isinstance(out, tuple) else out
+    liger_cross_entropy = None
 
 
 def ce_providers(kernels):
     compiled = torch.compile(lambda x, t: F.cross_entropy(x, t), dynamic=False)
     providers = {"eager": F.cross_entropy, "compile": compiled}
     if liger_cross_entropy is not None:
-        providers["liger"] = lambda x, t: first(liger_cross_entropy(x, t))
+        providers["liger"] = lambda x, t: loss_only(liger_cross_entropy(x, t))
     for name, kernel in kernels.items():
         providers[name] = functools.partial(cross_entropy, kernel=kernel)
     return providers
@@ -84,12 +80,9 @@ def head_providers(v4):
     def matmul_v4(h, w, t):
         return cross_entropy(h @ w.t(), t, kernel=v4)
 
-    providers = {"eager": eager, "compile": torch.compile(eager, dynamic=False),
-                 "matmul + v4": matmul_v4, "fused linear + CE (course)": linear_cross_entropy}
-    if liger_fused_linear_cross_entropy is not None:
-        providers["liger fused linear CE"] = lambda h, w, t: first(
-            liger_fused_linear_cross_entropy(h, w, t))
-    return providers
+    return {"eager": eager, "compile": torch.compile(eager, dynamic=False),
+            "matmul + v4": matmul_v4, **other_fused_heads(),
+            "fused linear + CE (course)": linear_cross_entropy}
 
 
 def main(with_head=True):

@@ -749,3 +749,28 @@ def test_training_step_clears_the_gradient_and_passes_grad_output():
     step(x, t)
     step(x, t)  # a second step replaces the gradient, it does not add to it
     assert torch.allclose(x.grad, expected)
+
+
+def test_other_fused_heads_are_those_installed(monkeypatch):
+    import builtins
+
+    from kernels.ops import llm_head
+
+    real_import = builtins.__import__
+
+    def without_liger_and_cce(name, *args, **kwargs):
+        if name.startswith(("liger_kernel", "cut_cross_entropy")):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_liger_and_cce)
+    heads = llm_head.other_fused_heads()
+    assert ("F.linear_cross_entropy" in heads) == hasattr(torch.nn.functional,
+                                                          "linear_cross_entropy")
+    assert not {"Liger-Kernel", "Cut Cross-Entropy"} & set(heads)
+    assert llm_head.loss_only((torch.tensor(2.0), None)) == 2.0
+    if "F.linear_cross_entropy" in heads:  # PyTorch's chunked path agrees with the reference
+        h, w = torch.randn(6, 8, dtype=torch.float64), torch.randn(16, 8, dtype=torch.float64)
+        t = torch.randint(0, 16, (6,))
+        expected = torch.nn.functional.cross_entropy(h @ w.t(), t)
+        assert torch.allclose(heads["F.linear_cross_entropy"](h, w, t), expected)

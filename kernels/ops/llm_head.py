@@ -204,6 +204,37 @@ def measure_step(loss_fn, h, w, t, reps: int = 8):
     return time_ms(step, [(h, w, t)], warmup=2, reps=reps), extra
 
 
+def other_fused_heads() -> dict:
+    """The fused linear cross-entropies of other projects installed here, by name, each called
+    as ``fn(hidden, weight, target)`` for a mean loss: Liger-Kernel's (``pip install
+    liger-kernel``), Apple's Cut Cross-Entropy (``pip install cut-cross-entropy``; its default
+    filter skips gradient entries too small to matter in bf16) and PyTorch's own
+    ``F.linear_cross_entropy`` (2.13 and later) on its chunked path."""
+    heads = {}
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError:
+        pass
+    else:
+        heads["Liger-Kernel"] = lambda h, w, t: loss_only(liger_fused_linear_cross_entropy(h, w, t))
+    try:
+        from cut_cross_entropy import linear_cross_entropy as cut_cross_entropy
+    except ImportError:
+        pass
+    else:
+        heads["Cut Cross-Entropy"] = lambda h, w, t: cut_cross_entropy(h, w, t)
+    if hasattr(torch.nn.functional, "linear_cross_entropy"):
+        options = torch.nn.LinearCrossEntropyOptions()  # None would take the unchunked path
+        heads["F.linear_cross_entropy"] = lambda h, w, t: torch.nn.functional.linear_cross_entropy(
+            h, w, t, options=options)
+    return heads
+
+
+def loss_only(out):
+    """Liger-Kernel's functions return (loss, ...) when asked for extra outputs: the loss."""
+    return out[0] if isinstance(out, tuple) else out
+
+
 def measure_step_if_it_fits(loss_fn, h, w, t, reps: int = 8):
     """:func:`measure_step`, or None where a step runs out of GPU memory (eager PyTorch's logits
     on a 16 GB GPU): on such a GPU, that a head does not fit is the measurement."""
