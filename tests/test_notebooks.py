@@ -366,3 +366,19 @@ def test_listings_show_the_files_as_they_are():
     proc = subprocess.run([sys.executable, "tools/refresh_listings.py", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_small_gpu_run_lists_every_notebook_it_ran_or_has_not_reached():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import status
+
+    row = {"gpu": "NVIDIA T4", "archs": "7.5+PTX", "date": "2026-11-25", "memory_cap_gib": "15.0"}
+    rows = [{**row, "notebook": "b.ipynb", "outcome": "ok", "seconds": "30"},
+            {**row, "notebook": "a.ipynb", "seconds": "12",
+             "outcome": "FAILED: OutOfMemoryError: CUDA out of memory. Tried to allocate 4 GiB"}]
+    section = status.small_gpu_section(rows, ["a.ipynb", "b.ipynb", "c.ipynb"])
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    assert table == ["| `a.ipynb` | failed: OutOfMemoryError | 12 |", "| `b.ipynb` | ran | 30 |"]
+    assert "1 of 3 notebooks ran without an error, in 30 s together. Not run yet: `c.ipynb`." in section
+    assert "NVIDIA T4, built for 7.5+PTX, 2026-11-25" in section and "15.0 GiB" in section
+    assert status.small_gpu_section([], ["a.ipynb"]) == ""

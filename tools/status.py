@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
+import re
 import json
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from kernels.course.book import notebooks  # noqa: E402
 
 STATUS = ROOT / "book" / "status.md"
+SMALL_GPU_RUN = ROOT / "book" / "results" / "small_gpu_run.csv"
 
 HEADER = """# Status of the published outputs
 
@@ -31,6 +34,47 @@ solutions 8, executed on one GPU, build their kernels only in the processes of a
 and show the stored two-GPU runs instead, each with its machine and date).
 
 """
+
+
+SMALL_GPU_HEADER = """
+## On a small GPU
+
+`tools/gpu_run.sh smallgpu` executes each notebook as a learner's smaller GPU runs it: kernels
+built for `sm_75` (Colab's T4) as PTX that the driver compiles, so that the code paths for GPUs
+before Hopper run; GPU memory capped at {cap} GiB; 10 timed calls per measurement instead of 100.
+It writes copies of the notebooks and never touches the stored outputs. This run: {machines}.
+Each notebook's outcome and time (where one failed, its error's type; the message is in
+`book/results/small_gpu_run.csv`):
+
+"""
+
+
+def outcome_text(outcome: str) -> str:
+    """"ok" -> "ran"; "FAILED: ValueError: ..." -> "failed: ValueError"."""
+    if outcome == "ok":
+        return "ran"
+    error = re.search(r"\b(\w+(Error|Exception))\b", re.sub(r"\x1b\[[0-9;]*m", "", outcome))
+    return f"failed: {error.group(1)}" if error else "failed"
+
+
+def small_gpu_section(rows: list[dict], names: list[str]) -> str:
+    """The small-GPU run's table, in the book's order, and the notebooks it has not reached."""
+    if not rows:
+        return ""
+    ran = {row["notebook"]: row for row in rows}
+    machines = sorted({f"{r['gpu']}, built for {r['archs']}, {r['date']}" for r in rows})
+    caps = sorted({r["memory_cap_gib"] for r in rows})
+    lines = ["| notebook | outcome | seconds |", "|---|---|---:|"]
+    lines += [f"| `{name}` | {outcome_text(ran[name]['outcome'])} | {ran[name]['seconds']} |"
+              for name in names if name in ran]
+    ok = [r for r in ran.values() if r["outcome"] == "ok"]
+    total = sum(int(r["seconds"]) for r in ok)
+    summary = f"{len(ok)} of {len(names)} notebooks ran without an error, in {total} s together."
+    missing = [name for name in names if name not in ran]
+    if missing:
+        summary += " Not run yet: " + ", ".join(f"`{name}`" for name in missing) + "."
+    header = SMALL_GPU_HEADER.format(cap=" or ".join(caps), machines="; ".join(machines))
+    return header + "\n".join(lines) + "\n\n" + summary + "\n"
 
 
 def sources_digest(sources: dict) -> str:
@@ -55,7 +99,9 @@ def render() -> str:
     lines = ["| machine | GPU | driver | torch | CUDA | nvcc |", "|---|---|---|---|---|---|"]
     lines += [f"| {label} | {' | '.join(key)} |" for key, label in machines.items()]
     lines += ["", "| notebook | machine | date | kernel sources |", "|---|---|---|---|", *rows]
-    return HEADER + "\n".join(lines) + "\n"
+    small = list(csv.DictReader(open(SMALL_GPU_RUN))) if SMALL_GPU_RUN.exists() else []
+    names = [path.relative_to(ROOT).as_posix() for path in notebooks()]
+    return HEADER + "\n".join(lines) + "\n" + small_gpu_section(small, names)
 
 
 def main() -> int:
