@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import re
 import json
+import re
 import sys
 from pathlib import Path
 
