@@ -27,7 +27,10 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
-# $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds.
+# $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds;
+# $TESTS the tests stage (test files or folders), whose records for the reliability page are
+# kept in book/results/reliability_records.jsonl: to split the suites over two calls, run the
+# second with RELIABILITY_RESULTS=book/results/reliability_records.jsonl KEEP_RECORDS=1.
 read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.course.book | tr '\n' ' ')}"
 status=0
 executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
@@ -62,9 +65,12 @@ for stage in "$@"; do
                python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval \
                  --nbval-sanitize-with nbval_sanitize.cfg -o addopts="" "$nb" || status=1
              done ;;
-    tests)   RELIABILITY_RESULTS=/tmp/reliability.jsonl python3 -m pytest -q -p no:cacheprovider \
-               -o addopts="" tests/gpu --timeout 900 || status=1
-             python3 tools/reliability_report.py /tmp/reliability.jsonl || status=1 ;;
+    tests)   records=${RELIABILITY_RESULTS:-/tmp/reliability.jsonl} kept=book/results/reliability_records.jsonl
+             [ -n "${KEEP_RECORDS:-}" ] || rm -f "$records"  # KEEP_RECORDS=1: a run split over calls
+             RELIABILITY_RESULTS=$records python3 -m pytest -q -p no:cacheprovider \
+               -o addopts="" ${TESTS:-tests/gpu} --timeout 900 || status=1
+             [ ! -f "$records" ] || [ "$records" -ef "$kept" ] || cp "$records" "$kept"  # the page's data comes back
+             python3 tools/reliability_report.py "$records" || status=1 ;;
     targets) python3 bench/reduction_targets.py || status=1
              python3 bench/cross_entropy_targets.py || status=1
              python3 bench/operator_targets.py || status=1
