@@ -50,10 +50,10 @@ Each notebook's outcome and time (where one failed, its error's type; the messag
 
 
 def outcome_text(outcome: str) -> str:
-    """"ok" -> "ran"; "FAILED: ValueError: ..." -> "failed: ValueError"."""
+    """"ok" -> "ran"; tools/execute.py's "FAILED: ValueError: ..." -> "failed: ValueError"."""
     if outcome == "ok":
         return "ran"
-    error = re.search(r"\b(\w+(Error|Exception))\b", re.sub(r"\x1b\[[0-9;]*m", "", outcome))
+    error = re.match(r"FAILED: (\w+):", outcome)
     return f"failed: {error.group(1)}" if error else "failed"
 
 

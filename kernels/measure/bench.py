@@ -49,9 +49,9 @@ def sweep_limit(usable_bytes: int | None) -> int:
 def free_memory() -> int:
     """Bytes this process can still allocate on the current GPU: the driver's free memory plus
     what PyTorch's allocator holds cached, within the process's share where
-    ``torch.cuda.set_per_process_memory_fraction`` set one (capped at 15 GB, an 80 GB card
-    sizes its work as a 15 GB card would). Other processes' memory (a second notebook) counts
-    as taken."""
+    ``torch.cuda.set_per_process_memory_fraction`` set one (capped at 15 GB, as the small-GPU
+    run caps it, an 80 GB card sizes its work as a 15 GB card would). Other processes' memory
+    (a second notebook) counts as taken."""
     import torch
 
     device = torch.cuda.current_device()
