@@ -1,4 +1,5 @@
-"""Every kernel exercise: its skeleton as shipped fails its check, and its solution passes it.
+"""Every kernel exercise: its skeleton as shipped fails its check, and its solution passes it;
+handed in as a learner's attempt, the skeleton's code raises with its failing case.
 
 The checks are the chapters' own (``Chapter.exercise`` with the same check the chapter's cell
 passes), so a skeleton that a learner could hand in untouched, or a solution that no longer
@@ -12,7 +13,9 @@ from gpu_support import ROOT
 pytestmark = pytest.mark.gpu
 
 from kernels import Chapter, check  # noqa: E402
+from kernels.build import skeletons  # noqa: E402
 from kernels.build.skeletons import attempted  # noqa: E402
+from kernels.course.chapter import ExerciseFailed  # noqa: E402
 from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles  # noqa: E402
 from kernels.exercises.ch4_checks import check_kahan  # noqa: E402
 from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing,  # noqa: E402
@@ -63,3 +66,14 @@ def test_the_skeleton_as_shipped_fails_its_check(name):
     if attempted(skeleton):
         pytest.skip(f"kernels/{skeleton} is your attempt, not the skeleton as shipped")
     assert Chapter("test").exercise(skeleton, EXERCISES[name](skeleton)) is False
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_a_wrong_attempt_raises_with_its_failing_case(name, monkeypatch):
+    """The learner's loop on the GPU: code that fails its check, counted as the learner's edit,
+    raises (so ``pytest --nbval`` and ``make check`` fail) with the first failing case."""
+    skeleton = f"exercises/{name}"
+    monkeypatch.setattr(skeletons, "attempted", lambda path: True)
+    with pytest.raises(ExerciseFailed, match=rf"^{skeleton}: \S") as failure:
+        Chapter("test").exercise(skeleton, EXERCISES[name](skeleton))
+    assert "FAIL" in str(failure.value) or "rror" in str(failure.value), str(failure.value)
