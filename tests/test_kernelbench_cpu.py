@@ -683,3 +683,27 @@ def test_sized_for_halves_a_problem_the_memory_cannot_hold(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(bench, "free_memory", lambda: need // 2)
     assert kernelbench.sized_for(100, 80 << 30)[0].sizes == smaller.sizes
+
+
+def test_evaluate_makes_a_problem_fit_the_gpus_memory(monkeypatch):
+    """A 16 GB GPU (or a 15 GiB cap) evaluates problem 94 halved per dimension, and says so;
+    a GPU that holds KernelBench's size, and the CPU, keep it."""
+    import torch
+
+    from kernels import kernelbench
+    from kernels.kernelbench import problems
+    from kernels.kernelbench.evaluate import fitted_to
+    from kernels.measure import bench
+
+    problem = kernelbench.get_problem(94)
+    need = problems.PEAK_FACTOR * problem.min_bytes()
+    gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 80 << 30))
+    monkeypatch.setattr(bench, "free_memory", lambda: 15 << 30)  # the cap mem_get_info misses
+    fitted, said = fitted_to(problem, gpu)
+    assert fitted.sizes == {"batch_size": 16384, "dim": 16384}
+    assert said.startswith("problem 94 at 16384 x 16384: KernelBench's size needs about 32 GiB")
+    monkeypatch.setattr(bench, "free_memory", lambda: need)
+    assert fitted_to(problem, gpu) == (problem, None)
+    assert fitted_to(problem, torch.device("cpu")) == (problem, None)

@@ -15,7 +15,7 @@ from .checks import (check_against_float64, check_inputs_unchanged, check_not_co
                      check_output, check_recomputes, check_timed_stream, excessive_speedup_note,
                      synchronize)
 from .problems import CORRECT_TRIALS, SEED, SPIKES, TOLERANCES, KernelBenchError, Problem, \
-    get_problem, trial_seeds
+    get_problem, sized_for, trial_seeds
 from .report import Result
 from .timing import WARMUP_NEW, WARMUP_REFERENCE, gpu_only_ms, time_trials
 
@@ -101,6 +101,17 @@ def _comparable(out, ref) -> bool:
         out.shape == ref.shape and out.dtype == ref.dtype and out.device == ref.device
 
 
+def fitted_to(problem: Problem, device) -> tuple[Problem, str | None]:
+    """The problem as large as ``device`` holds, and the sentence that says it was made smaller
+    (None where it was not): KernelBench's size on an 80 GB GPU, halved in each dimension where
+    an evaluation (the inputs, their copies, the outputs) would not fit, as on a 16 GB GPU, whose
+    problem 94 (two 4 GiB inputs) runs out of memory at the copies (:func:`sized_for`)."""
+    if device.type != "cuda":
+        return problem, None
+    fitted, sentence = sized_for(problem, torch.cuda.mem_get_info(device)[0])
+    return fitted, (None if fitted is problem else sentence)
+
+
 def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_TRIALS,
              perf_trials: int | None = None, seed: int = SEED, device="cuda",
              exact_inputs: bool = True, measure: bool | None = None,
@@ -119,10 +130,10 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
     result with the reason; only a call that cannot be evaluated at all (no ModelNew, an unknown
     problem) raises :class:`KernelBenchError`.
     """
-    problem = get_problem(problem)
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    problem, resized = fitted_to(get_problem(problem), device)
     measure = device.type == "cuda" if measure is None else measure
     if measure and device.type != "cuda":
         raise KernelBenchError("timing needs a CUDA device (pass measure=False on the CPU)")
@@ -131,6 +142,8 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
     secret = secrets.randbits(62) if secret_seed is None else secret_seed
     result = Result(problem.id, problem.name, entry, bytes=problem.min_bytes(), secret_seed=secret,
                     gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    if resized:
+        result.notes.append(resized)
     failures: dict = {}  # check -> (the first reason, the trials it failed in)
 
     def fail(check, why, trial=None):
