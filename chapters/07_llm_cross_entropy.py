@@ -533,8 +533,9 @@ for tokens, _, _ in HEAD_SHAPES:
 # version 4 takes about half the time of compile's two softmax kernels. What costs more is the
 # weight's gradient (V x H, 1 GiB in bf16 here): `addmm` reads and writes it once per chunk, and
 # once more at the end, when the whole of it is multiplied by 1 / (tokens counted). Folding
-# that factor into `dlogits` before the products is the next step. The trade-off of the chunk
-# size, measured (the time of a step against the memory it adds):
+# that factor into what the products read is the next step (the script's `--variants` times
+# it). The trade-off of the chunk size, measured (the time of a step against the memory it
+# adds):
 
 # %% tags=["gpu"]
 sweep = []

@@ -158,7 +158,7 @@ print(f"weight-gradient traffic within 5% of the products from chunks of {within
 # relatively larger. The chapter's sweep goes the same way, larger chunks faster (its plot of
 # time against memory), and adds what the model leaves out: the shape of the products (896 rows
 # ran slower than 768). Its measured steps come out below the model's totals at nearly every
-# chunk size, by up to about a tenth (only the 896-row chunk lands on the model's line: compare
+# chunk size, by a few percent at most (only the 896-row chunk lands on the model's line: compare
 # `book/results/ch7_chunks.csv` with the totals above): the model is a first-order account of the time, not a prediction to the
 # millisecond.
 #
