@@ -29,8 +29,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
 # $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds;
 # $TESTS the tests stage (test files or folders), whose records for the reliability page are
-# kept in book/results/reliability_records.jsonl: to split the suites over two calls, run the
-# second with RELIABILITY_RESULTS=book/results/reliability_records.jsonl KEEP_RECORDS=1.
+# kept in book/results/reliability_records.jsonl: to split the suites over two calls, copy the
+# first call's file into the checkout (the device's copy is replaced by the checkout's at each
+# call), then run the second with RELIABILITY_RESULTS=book/results/reliability_records.jsonl
+# KEEP_RECORDS=1.
 read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.course.book | tr '\n' ' ')}"
 status=0
 executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
@@ -67,6 +69,10 @@ for stage in "$@"; do
              done ;;
     tests)   records=${RELIABILITY_RESULTS:-/tmp/reliability.jsonl} kept=book/results/reliability_records.jsonl
              [ -n "${KEEP_RECORDS:-}" ] || rm -f "$records"  # KEEP_RECORDS=1: a run split over calls
+             if [ -n "${KEEP_RECORDS:-}" ] && [ ! -f "$records" ]; then  # the first call's are lost
+               echo "KEEP_RECORDS=1 but $records is missing: copy the first call's records into the"
+               echo "checkout first (a device call's carry removes a path the checkout lacks)"; exit 2
+             fi
              RELIABILITY_RESULTS=$records python3 -m pytest -q -p no:cacheprovider \
                -o addopts="" ${TESTS:-tests/gpu} --timeout 900 || status=1
              [ ! -f "$records" ] || [ "$records" -ef "$kept" ] || cp "$records" "$kept"  # the page's data comes back
