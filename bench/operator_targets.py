@@ -32,6 +32,9 @@ FWD_BWD_ELEMENTS = 1 << 28
 BF16_ELEMENTS = 1 << 30
 CE_SHAPE = (32768, 4096)
 SCALE = 1024.0  # the loss is multiplied by this before backward(): grad_output != 1
+# A scaled step may cost at most this much more than an unscaled one (issue 29: the bytes of a
+# backward that is not fused into the forward).
+SCALED_RATIO = 1.5
 
 
 def pytorch_loss(name):
@@ -156,8 +159,8 @@ def main():
              get(rows, label, "compile").ms / ours.ms, 1.5, "min"),
             (f"{name} fwd+bwd 2^28 fp32: % of the bandwidth bound >= 90",
              100 * ours.gbps / peak, 90, "min"),
-            (f"{name} fwd+bwd, grad_output {SCALE:g} / grad_output 1 <= 1.7",
-             scaled.ms / ours.ms, 1.7, "max"),
+            (f"{name} fwd+bwd, grad_output {SCALE:g} / grad_output 1 <= {SCALED_RATIO}",
+             scaled.ms / ours.ms, SCALED_RATIO, "max"),
         ]
     for name in ELEMENT_WISE:
         rows = element_wise_bf16_forward(ops, name)
@@ -180,10 +183,11 @@ def main():
          get(fb, "cross_entropy_fwd_bwd", "eager").ms / fb_ours.ms, 3.0, "min"),
         ("cross_entropy default fwd+bwd, GPU time (host queued ahead): eager / ours >= 3.0",
          queued["eager"] / queued[OURS], 3.0, "min"),
-        (f"cross_entropy fwd+bwd, GPU time (host queued ahead): x{SCALE:g} / x1 <= 1.7",
-         queued[f"{OURS} x{SCALE:g}"] / queued[OURS], 1.7, "max"),
-        (f"cross_entropy fwd+bwd, grad_output {SCALE:g} / grad_output 1 <= 1.7",
-         get(fb, "cross_entropy_fwd_bwd", f"{OURS} x{SCALE:g}").ms / fb_ours.ms, 1.7, "max"),
+        (f"cross_entropy fwd+bwd, GPU time (host queued ahead): x{SCALE:g} / x1 <= {SCALED_RATIO}",
+         queued[f"{OURS} x{SCALE:g}"] / queued[OURS], SCALED_RATIO, "max"),
+        (f"cross_entropy fwd+bwd, grad_output {SCALE:g} / grad_output 1 <= {SCALED_RATIO}",
+         get(fb, "cross_entropy_fwd_bwd", f"{OURS} x{SCALE:g}").ms / fb_ours.ms, SCALED_RATIO,
+         "max"),
     ]
 
     print(f"\n{'loss':<24} {'shape':<14} {'provider':<22} {'ms':>9} {'GB/s':>7} {'%peak':>6}")
