@@ -70,8 +70,8 @@ for stage in "$@"; do
     tests)   records=${RELIABILITY_RESULTS:-/tmp/reliability.jsonl} kept=book/results/reliability_records.jsonl
              [ -n "${KEEP_RECORDS:-}" ] || rm -f "$records"  # KEEP_RECORDS=1: a run split over calls
              if [ -n "${KEEP_RECORDS:-}" ] && [ ! -f "$records" ]; then  # the first call's are lost
-               echo "KEEP_RECORDS=1 but $records is missing: copy the first call's records into the"
-               echo "checkout first (a device call's carry removes a path the checkout lacks)"; exit 2
+               echo "KEEP_RECORDS=1 but $records is missing: put the first call's records there"
+               echo "before the second call (a fresh copy of the checkout does not have them)"; exit 2
              fi
              RELIABILITY_RESULTS=$records python3 -m pytest -q -p no:cacheprovider \
                -o addopts="" ${TESTS:-tests/gpu} --timeout 900 || status=1
