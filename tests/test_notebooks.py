@@ -382,3 +382,9 @@ def test_the_small_gpu_run_lists_every_notebook_it_ran_or_has_not_reached():
     assert "1 of 3 notebooks ran without an error, in 30 s together. Not run yet: `c.ipynb`." in section
     assert "NVIDIA T4, built for 7.5+PTX, 2026-11-25" in section and "15.0 GiB" in section
     assert status.small_gpu_section([], ["a.ipynb"]) == ""
+    # a run spread over two machines says which GPU ran each notebook
+    rows[1]["gpu"] = "NVIDIA A100"
+    table = [line for line in status.small_gpu_section(rows, ["a.ipynb", "b.ipynb"]).splitlines()
+             if line.startswith("| `")]
+    assert table == ["| `a.ipynb` | NVIDIA A100 | failed: OutOfMemoryError | 12 |",
+                     "| `b.ipynb` | NVIDIA T4 | ran | 30 |"]

@@ -64,8 +64,11 @@ def small_gpu_section(rows: list[dict], names: list[str]) -> str:
     ran = {row["notebook"]: row for row in rows}
     machines = sorted({f"{r['gpu']}, built for {r['archs']}, {r['date']}" for r in rows})
     caps = sorted({r["memory_cap_gib"] for r in rows})
-    lines = ["| notebook | outcome | seconds |", "|---|---|---:|"]
-    lines += [f"| `{name}` | {outcome_text(ran[name]['outcome'])} | {ran[name]['seconds']} |"
+    several = len({r["gpu"] for r in rows}) > 1  # then each row says which GPU ran it
+    lines = ["| notebook |" + (" GPU |" if several else "") + " outcome | seconds |",
+             "|---|" + ("---|" if several else "") + "---|---:|"]
+    lines += [f"| `{name}` |" + (f" {ran[name]['gpu']} |" if several else "")
+              + f" {outcome_text(ran[name]['outcome'])} | {ran[name]['seconds']} |"
               for name in names if name in ran]
     ok = [r for r in ran.values() if r["outcome"] == "ok"]
     total = sum(int(r["seconds"]) for r in ok)
