@@ -145,22 +145,36 @@ for chunk in (512, 896, 1024, 2048, 4096, 8192):
 print(f"weight-gradient traffic within 5% of the products from chunks of {within} rows"
       if within else "weight-gradient traffic above 5% of the products at every chunk")
 
+# %% tags=["gpu", "nbval-ignore-output"]
+from kernels import results
+
+try:  # chapter 7's chunk sweep, where it ran on this GPU
+    swept = [r for r in results.read_table("ch7_chunks") if r["gpu"] == gpu]
+except FileNotFoundError:
+    swept = []
+for row in swept:
+    model = products_ms + logits_ms + T / row["chunk_rows"] * 4 * V * H / BANDWIDTH * 1e3
+    print(f"chunk {row['chunk_rows']:>5}: chapter 7 measured {row['ms']:5.1f} ms, the model "
+          f"{model:5.1f} ms ({row['ms'] / model - 1:+.0%})")
+if not swept:
+    print(f"chapter 7's chunk sweep has not run on this GPU ({gpu}): run it to compare")
+
 # %% [markdown]
 # The model puts 5% over the products out of reach at any chunk size: the logits' own traffic
-# (the second line above) is already more than that, whatever the chunk. That is the real
+# (the model's second line) is already more than that, whatever the chunk. That is the real
 # point: in this design every byte of the logits still goes through memory (in chunks), and
 # only overlapping it with the products (a second CUDA stream, or the loss fused into the
 # product's epilogue) hides it. Within the model, the weight-gradient traffic alone falls below
-# 5% of the products only for chunks of thousands of rows (the last line), about a gigabyte
-# of scratch: several times chapter 7's memory budget. The model uses the rate measured for the
-# head's own product, below the datasheet's peak (the first line): a product of this shape does
-# not reach the peak, so the peak would make the products look shorter and every traffic term
-# relatively larger. The chapter's sweep goes the same way, larger chunks faster (its plot of
-# time against memory), and adds what the model leaves out: the shape of the products (896 rows
-# ran slower than 768). Its measured steps come out below the model's totals at nearly every
-# chunk size, by a few percent at most (only the 896-row chunk lands on the model's line: compare
-# `book/results/ch7_chunks.csv` with the totals above): the model is a first-order account of the time, not a prediction to the
-# millisecond.
+# 5% of the products only for chunks of thousands of rows (the model's last line), about a
+# gigabyte of scratch: several times chapter 7's memory budget. The model uses the rate measured
+# for the head's own product, below the datasheet's peak (its first line): a product of this
+# shape does not reach the peak, so the peak would make the products look shorter and every
+# traffic term relatively larger. The chapter's sweep goes the same way, larger chunks faster
+# (its plot of time against memory), and adds what the model leaves out: the shape of the
+# products (896 rows ran slower than 768). Its measured steps, set against the model's totals
+# in the lines just above (`book/results/ch7_chunks.csv`), come out below them at every chunk
+# size, by the percentages printed there: the model is a first-order account of the time, an
+# upper bound here, not a prediction to the millisecond.
 #
 # ```{solution-end}
 # ```

@@ -71,6 +71,11 @@ def _linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: to
     grad_hidden = torch.empty_like(hidden) if with_grad else hidden.new_empty(0)
     grad_weight = torch.empty_like(weight) if with_grad else weight.new_empty(0)
     scratch = hidden.new_empty((min(chunk, rows), weight.shape[0]))
+    # 1 / count goes into the chunk of hidden states that grad_weight's product reads, not over
+    # the whole V x H grad_weight at the end (a pass of 2.3 ms at V=128256, H=4096 on an H100;
+    # bench/PERFLOG.md). The scaled chunk is written where this chunk's grad_hidden goes next,
+    # so it takes no memory. Not in float16, whose h / count can fall below its smallest normal.
+    fold = hidden.dtype != torch.float16
     for start in range(0, rows, chunk):
         end = min(start + chunk, rows)
         h, t, logits = hidden[start:end], target[start:end], scratch[:end - start]
@@ -81,16 +86,15 @@ def _linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: to
             continue
         total += ops["cross_entropy_into_logits"](logits, t, ignore_index, REDUCTIONS["sum"],
                                                   label_smoothing).float()
-        torch.mm(logits, weight, out=grad_hidden[start:end])  # logits now hold dloss/dlogits
-        grad_hidden[start:end].mul_(scale)
-        if start == 0:
+        if fold:  # read by the product below before grad_hidden overwrites it
+            h = torch.mul(h, scale, out=grad_hidden[start:end])
+        if start == 0:  # logits now hold dloss/dlogits
             torch.mm(logits.t(), h, out=grad_weight)
         else:
             grad_weight.addmm_(logits.t(), h)
-    # Scaled once at the end (one pass over V x H, about 0.7 ms at V=128256, H=4096): a scaled
-    # copy of each chunk of hidden states would cost less time but 8 MiB more memory, which at
-    # 1024-row chunks is past the 0.25 GiB budget (bench/PERFLOG.md).
-    if with_grad:
+        torch.mm(logits, weight, out=grad_hidden[start:end])
+        grad_hidden[start:end].mul_(scale)
+    if with_grad and not fold:
         grad_weight.mul_(scale)
     return (total * scale).to(hidden.dtype), grad_hidden, grad_weight
 
