@@ -214,6 +214,26 @@ def test_linear_cross_entropy_matches_float64(dtype, reduction, smoothing, grad_
         assert relative_error(got.float(), want) <= limit
 
 
+def test_linear_cross_entropy_over_many_chunks_is_deterministic():
+    """16 chunks, the last one short, each reading its scaled hidden states from rows of
+    grad_hidden before overwriting them: float64's answer, and the same bits every run."""
+    from kernels.ops.llm_head import linear_cross_entropy
+
+    h, w, t = lm_head_inputs(2000, 256, 16392, torch.bfloat16)
+    runs = []
+    for _ in range(5):
+        hx, wx = h.clone().requires_grad_(), w.clone().requires_grad_()
+        linear_cross_entropy(hx, wx, t, chunk_rows=128).backward()
+        runs.append((hx.grad, wx.grad))
+    assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
+    _, want_h, want_w = float64_head(h, w, t)
+    hp, wp = h.clone().requires_grad_(), w.clone().requires_grad_()
+    F.cross_entropy(hp @ wp.t(), t).backward()  # PyTorch's own bf16 path sets the tolerance
+    for got, theirs, want in zip(runs[0], (hp.grad, wp.grad), (want_h, want_w)):
+        limit = max(RTOL[torch.bfloat16], 2 * relative_error(theirs.float(), want))
+        assert relative_error(got.float(), want) <= limit
+
+
 def test_linear_cross_entropy_without_gradients_and_3d_hidden():
     from kernels.ops.llm_head import linear_cross_entropy
 
