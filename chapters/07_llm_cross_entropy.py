@@ -488,14 +488,15 @@ for tokens, hidden, vocab in HEAD_SHAPES:
     turns = {name: [] for name in HEADS}
     for _ in range(3):  # in turns: a GPU clock that drifts over the run favours no head
         for name, fn in HEADS.items():
-            turns[name].append(measure_step_if_it_fits(fn, *head_inputs(tokens, hidden, vocab)))
+            step = measure_step_if_it_fits(fn, *head_inputs(tokens, hidden, vocab))
+            turns[name].append(step)  # None: out of memory
             torch.cuda.empty_cache()
     for name, steps in turns.items():
-        fitted = [step for step in steps if step]  # None: out of memory
+        fitted = [step for step in steps if step]
+        ms = round(min(ms for ms, _ in fitted), 3) if fitted else ""
+        gib = round(max(gib for _, gib in fitted), 3) if fitted else ""
         head_rows.append({"gpu": ch.gpu, "tokens": tokens, "hidden": hidden, "vocab": vocab,
-                          "provider": name,
-                          "ms": round(min(ms for ms, _ in fitted), 3) if fitted else "",
-                          "extra_gib": round(max(gib for _, gib in fitted), 3) if fitted else ""})
+                          "provider": name, "ms": ms, "extra_gib": gib})
 saved = results.save_table(head_rows, "ch7_head")
 
 # %% tags=["gpu", "nbval-ignore-output"]

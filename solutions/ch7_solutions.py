@@ -71,7 +71,8 @@ v4 = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
 
 
 def kernels_run(classes, dtype, backward, rows=4):
-    x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_(backward)
+    x = torch.randn(rows, classes, device="cuda", dtype=dtype)
+    x.requires_grad_(backward)
     t = torch.randint(0, classes, (rows,), device="cuda")
 
     def call():
@@ -111,8 +112,8 @@ import torch
 from kernels import bench
 
 T, H, V = 8192, 4096, 128256
-# Dense bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s without sparsity: NOT
-# measured. First match wins ("H100" alone is the SXM part).
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s without sparsity:
+# NOT measured. First match wins ("H100" alone is the SXM part).
 DATASHEET_BF16_TFLOPS = [("H100 PCIe", 756), ("H100 NVL", 835), ("H100", 989),
                          ("H200", 989), ("A100", 312), ("L40S", 362), ("L4", 121)]
 gpu = torch.cuda.get_device_name()
@@ -120,30 +121,37 @@ datasheet = next((f for key, f in DATASHEET_BF16_TFLOPS if key in gpu), None)
 hidden = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
 weight = torch.randn(V, H, device="cuda", dtype=torch.bfloat16)
 matmul_ms = bench.time_ms(lambda a, w: a @ w.T, [(hidden, weight)], reps=10)
-TFLOPS = 2 * T * V * H / matmul_ms * 1e3  # flop/s of the head's own product, measured
+TFLOPS = 2 * T * V * H / matmul_ms * 1e3  # flop/s of the head's product, measured
 del hidden, weight
 torch.cuda.empty_cache()
 BANDWIDTH = bench.copy_bandwidth() * 1e9  # bytes/s, read plus written, measured
-print(f"{gpu}: the logits' product (T x H by H x V) {TFLOPS / 1e12:.0f} TFLOP/s measured"
-      + (f", {100 * TFLOPS / 1e12 / datasheet:.0f}% of the datasheet's {datasheet}"
-         if datasheet else " (no datasheet rate listed for this GPU)")
-      + f"; copy {BANDWIDTH / 1e9:.0f} GB/s")
+rate = (f", {100 * TFLOPS / 1e12 / datasheet:.0f}% of the datasheet's {datasheet}"
+        if datasheet else " (no datasheet rate listed for this GPU)")
+print(f"{gpu}: the logits' product (T x H by H x V) {TFLOPS / 1e12:.0f} TFLOP/s "
+      f"measured{rate}; copy {BANDWIDTH / 1e9:.0f} GB/s")
 products_ms = 3 * 2 * T * V * H / TFLOPS * 1e3
 logits_ms = 5 * T * V * 2 / BANDWIDTH * 1e3
 print(f"products alone {products_ms:.1f} ms; the logits' traffic {logits_ms:.1f} ms "
       f"({logits_ms / products_ms:.0%} of the products)")
+
+
+def grad_w_ms(chunk):  # the weight's gradient, read and written once per chunk
+    return T / chunk * 4 * V * H / BANDWIDTH * 1e3
+
+
 within = None
 for chunk in (512, 896, 1024, 2048, 4096, 8192):
-    grad_w_ms = T / chunk * 4 * V * H / BANDWIDTH * 1e3
-    total = products_ms + logits_ms + grad_w_ms
-    print(f"chunk {chunk:>5}: weight-gradient traffic {grad_w_ms:5.1f} ms "
-          f"({grad_w_ms / products_ms:4.0%} of the products), total {total:5.1f} ms "
-          f"({total / products_ms - 1:+.0%} over the products), scratch "
-          f"{chunk * V * 2 / 2**30:.2f} GiB")
-    if within is None and grad_w_ms <= 0.05 * products_ms:
+    total = products_ms + logits_ms + grad_w_ms(chunk)
+    over = total / products_ms - 1
+    print(f"chunk {chunk:>5}: weight-gradient traffic {grad_w_ms(chunk):5.1f} ms "
+          f"({grad_w_ms(chunk) / products_ms:4.0%} of the products), "
+          f"total {total:5.1f} ms ({over:+.0%} over the products), "
+          f"scratch {chunk * V * 2 / 2**30:.2f} GiB")
+    if within is None and grad_w_ms(chunk) <= 0.05 * products_ms:
         within = chunk
-print(f"weight-gradient traffic within 5% of the products from chunks of {within} rows"
-      if within else "weight-gradient traffic above 5% of the products at every chunk")
+print("weight-gradient traffic "
+      + (f"within 5% of the products from chunks of {within} rows" if within
+         else "above 5% of the products at every chunk"))
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import results
@@ -153,11 +161,11 @@ try:  # chapter 7's chunk sweep, where it ran on this GPU
 except FileNotFoundError:
     swept = []
 for row in swept:
-    model = products_ms + logits_ms + T / row["chunk_rows"] * 4 * V * H / BANDWIDTH * 1e3
-    print(f"chunk {row['chunk_rows']:>5}: chapter 7 measured {row['ms']:5.1f} ms, the model "
-          f"{model:5.1f} ms ({row['ms'] / model - 1:+.0%})")
+    model = products_ms + logits_ms + grad_w_ms(row["chunk_rows"])
+    print(f"chunk {row['chunk_rows']:>5}: chapter 7 measured {row['ms']:5.1f} ms, "
+          f"the model {model:5.1f} ms ({row['ms'] / model - 1:+.0%})")
 if not swept:
-    print(f"chapter 7's chunk sweep has not run on this GPU ({gpu}): run it to compare")
+    print(f"chapter 7's chunk sweep has not run on this GPU ({gpu}): run it first")
 
 # %% [markdown]
 # The model puts 5% over the products out of reach at any chunk size: the logits' own traffic
@@ -202,7 +210,8 @@ import torch
 from kernels import load
 from kernels.cross_entropy import cross_entropy
 k = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
-for (rows, classes), dtype in (((8192, 128256), torch.bfloat16), ((4096, 131072), torch.float32)):
+for (rows, classes), dtype in (((8192, 128256), torch.bfloat16),
+                               ((4096, 131072), torch.float32)):
     x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
     t = torch.randint(0, classes, (rows,), device="cuda")
     cross_entropy(x, t, kernel=k).backward()
@@ -212,7 +221,8 @@ from kernels.build import toolchain
 
 counters = None
 if not toolchain.builds_for_hopper():
-    print("no clusters in this build, so no row_cluster kernel to profile: the book shows the H100's")
+    print("no clusters in this build, so no row_cluster kernel to profile: "
+          "the book shows the H100's")
 else:
     counters = profile.ncu(PROFILE, "row_cluster", profile.ISSUE, launches=2)
 if counters:
