@@ -13,8 +13,10 @@ time minus that sum, which is time the GPU had nothing to run (launch gaps, wait
 
 ``--variants`` also times changes of the op's chunk loop (``variant_gradients``: the mean's
 1 / count applied to the whole grad_weight at the end, as the op did before it folded it into the
-hidden states' chunk; two streams) against the op, in turns, profiles the op and the old loop,
-and prints each one's error against float64 at a small size beside the op's.
+hidden states' chunk; two streams, which the op does not use: every stream cuBLAS runs on holds a
+workspace of its own, 32 MiB on Hopper, past the op's memory budget) against the op, in turns,
+profiles the op and the old loop, and prints each one's error against float64 at a small size
+beside the op's.
 """
 from __future__ import annotations
 
