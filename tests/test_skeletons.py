@@ -1,6 +1,7 @@
 """The exercises' skeletons as shipped (kernels/build/skeletons.py): the manifest is current, and
 a learner's edit of an exercise file changes nothing the course checks about itself."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,24 @@ def test_the_listings_tool_leaves_a_learners_listing_alone(monkeypatch):
     monkeypatch.setattr(refresh_listings, "attempted", lambda source: source_path(source) == EXERCISE)
     assert refresh_listings.shows_a_learners_edit(cell)
     assert not refresh_listings.shows_a_learners_edit('show_source("ch3_block_reduction/v3_sequential.cu")')
+
+
+def test_a_notebook_records_the_python_operators_it_imported(monkeypatch, tmp_path):
+    """The code around the kernels (kernels/ops: arguments, chunks, autograd) shapes a notebook's
+    outputs too: each load logs the operators imported so far, and a change to one makes the
+    notebooks that imported it stale."""
+    import kernels.ops.llm_head  # noqa: F401  (chapter 7's head: Python around a kernel)
+    from kernels.build.build_cache import Sources
+
+    log = tmp_path / "sources.jsonl"
+    monkeypatch.setenv("KERNELS_SOURCES_LOG", str(log))
+    provenance.record(Sources.read(source_path("ch3_block_reduction/v3_sequential.cu")))
+    logged = {k: v for line in log.read_text().splitlines() for k, v in json.loads(line).items()}
+    head = "kernels/ops/llm_head.py"
+    assert logged[head] == skeletons.digest(ROOT / head)
+    assert "kernels/ch3_block_reduction/v3_sequential.cu" in logged
+    assert all(k.startswith("kernels/ops/") for k in logged if k.endswith(".py"))
+    assert provenance.changed_sources({"sources": logged}) == []
+    logged[head] = "0" * 64
+    assert provenance.changed_sources({"sources": logged}) == [
+        f"{head} changed since the notebook was executed"]

@@ -1,4 +1,5 @@
-"""Which kernel sources a notebook built, for its metadata: one SHA-256 per file, per build.
+"""Which kernel sources a notebook built, and which of the course's Python operators
+(``kernels/ops``) it imported, for its metadata: one SHA-256 per file.
 
 tools/execute.py sets $KERNELS_SOURCES_LOG while it runs a notebook, and stores what ``load``
 logged there as the notebook's ``metadata.course.sources``. :func:`changed_sources` compares them
@@ -12,25 +13,40 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+from pathlib import Path
 
 from .build_cache import KERNELS_DIR, Sources
 from .skeletons import digest, shipped
 
 
+def imported_operators() -> list[Path]:
+    """The files of ``kernels/ops`` this process has imported: the Python around the kernels
+    (arguments, chunks, autograd), which shapes a notebook's outputs as much as a kernel does."""
+    return sorted({Path(module.__file__).resolve() for module in list(sys.modules.values())
+                   if getattr(module, "__name__", "").split(".")[:2] == ["kernels", "ops"]
+                   and getattr(module, "__file__", None)})
+
+
 def record(sources: Sources) -> None:
-    """Append the hashes of the sources just built to $KERNELS_SOURCES_LOG, if it is set."""
+    """Append the hashes of the sources just built, and of the operators imported so far (an
+    operator builds its kernels on first use, after its import), to $KERNELS_SOURCES_LOG, if it
+    is set."""
     log = os.environ.get("KERNELS_SOURCES_LOG")
     if not log:
         return
+    root = KERNELS_DIR.parent
     with open(log, "a") as handle:
         for file, text in sources.files().items():
-            rel = file.relative_to(KERNELS_DIR.parent).as_posix()
+            rel = file.relative_to(root).as_posix()
             handle.write(json.dumps({rel: hashlib.sha256(text.encode()).hexdigest()}) + "\n")
+        for file in imported_operators():
+            handle.write(json.dumps({file.relative_to(root).as_posix(): digest(file)}) + "\n")
 
 
 def changed_sources(course: dict) -> list[str]:
     """What changed since a notebook was executed, from its ``metadata.course``: one line per
-    kernel source that no longer exists or no longer has the hash it had then. An exercise file
+    kernel source or operator that no longer exists or no longer has the hash it had then. An exercise file
     is compared as the course ships it (``skeletons.json``): a learner's edit is not a change of
     the course's sources."""
     root = KERNELS_DIR.parent
