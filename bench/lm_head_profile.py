@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--variants", action="store_true",
-                        help="time the variants of the chunk loop (the scale at the end, two streams)")
+                        help="time variants of the chunk loop (scale at the end, two streams)")
     args = parser.parse_args()
 
     def eager_head(h, w, t):

@@ -5,8 +5,8 @@
 Each notebook runs top to bottom in its own folder (as Jupyter and nbval run it). Its metadata
 then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date), ``course.sources``
 (the SHA-256 of every kernel source the notebook built and of every operator of ``kernels/ops``
-it imported, logged by ``kernels.load``: see kernels/build/provenance.py) and ``course.seconds`` (how long it ran: tools/stale.py plans the next
-GPU run with it).
+it imported, logged by ``kernels.load``: see kernels/build/provenance.py) and ``course.seconds``
+(how long it ran: tools/stale.py plans the next GPU run with it).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.
 

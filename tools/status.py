@@ -66,11 +66,15 @@ def small_gpu_section(rows: list[dict], names: list[str]) -> str:
     machines = sorted({f"{r['gpu']}, built for {r['archs']}, {r['date']}" for r in rows})
     caps = sorted({r["memory_cap_gib"] for r in rows})
     several = len({r["gpu"] for r in rows}) > 1  # then each row says which GPU ran it
-    lines = ["| notebook |" + (" GPU |" if several else "") + " outcome | seconds |",
-             "|---|" + ("---|" if several else "") + "---|---:|"]
-    lines += [f"| `{name}` |" + (f" {ran[name]['gpu']} |" if several else "")
-              + f" {outcome_text(ran[name]['outcome'])} | {ran[name]['seconds']} |"
-              for name in names if name in ran]
+
+    def cells(name):
+        row = ran[name]
+        return [f"`{name}`", *([row["gpu"]] if several else []), outcome_text(row["outcome"]),
+                row["seconds"]]
+
+    header = ["notebook", *(["GPU"] if several else []), "outcome", "seconds"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * (len(header) - 1) + "---:|"]
+    lines += ["| " + " | ".join(cells(name)) + " |" for name in names if name in ran]
     ok = [r for r in ran.values() if r["outcome"] == "ok"]
     total = sum(int(r["seconds"]) for r in ok)
     summary = f"{len(ok)} of {len(names)} notebooks ran without an error, in {total} s together."

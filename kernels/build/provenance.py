@@ -46,9 +46,9 @@ def record(sources: Sources) -> None:
 
 def changed_sources(course: dict) -> list[str]:
     """What changed since a notebook was executed, from its ``metadata.course``: one line per
-    kernel source or operator that no longer exists or no longer has the hash it had then. An exercise file
-    is compared as the course ships it (``skeletons.json``): a learner's edit is not a change of
-    the course's sources."""
+    kernel source or operator that no longer exists or no longer has the hash it had then. An
+    exercise file is compared as the course ships it (``skeletons.json``): a learner's edit is
+    not a change of the course's sources."""
     root = KERNELS_DIR.parent
     skeletons = shipped()
     changed = []
