@@ -7,7 +7,8 @@ Side by side on the same inputs, on one GPU, in one process:
 - forward+backward (``loss.backward()`` on the mean, predictions requiring grad) of MSE, Smooth L1
   and Hinge at 2^28 fp32 elements: eager PyTorch, ``torch.compile`` of the same expression, and
   the chapter's operator; also with the loss multiplied by 1024 first (grad_output != 1, what
-  gradient scaling in mixed precision does);
+  gradient scaling in mixed precision does), and by 1024 and 512 in turn (the operator's guess
+  of grad_output is then wrong at every step);
 - the bfloat16 forward of each at 2^30 elements;
 - cross-entropy's default path (no host wait) at 32768 x 4096 fp32, forward and forward+backward.
 
@@ -16,6 +17,7 @@ kernels.measure.results.COLUMNS). Bytes: a forward reads each input once; a forw
 the gradient once (12 bytes per fp32 element for MSE and Smooth L1, 8 for Hinge, whose target is
 one broadcast row); cross-entropy's forward+backward reads the logits and writes their gradient.
 """
+import itertools
 import sys
 
 import torch
@@ -35,6 +37,8 @@ SCALE = 1024.0  # the loss is multiplied by this before backward(): grad_output 
 # A scaled step may cost at most this much more than an unscaled one (issue 29: the bytes of a
 # backward that is not fused into the forward).
 SCALED_RATIO = 1.5
+# Scales that change at every step: every guess of grad_output is wrong (measured, no target).
+TURNS = f"x{SCALE:g} or x{SCALE / 2:g}"
 
 
 def pytorch_loss(name):
@@ -42,12 +46,15 @@ def pytorch_loss(name):
     return get_loss(name).reference
 
 
-def fwd_bwd(loss_fn, scale=None):
-    """One training step's loss work: forward, then backward from the (scaled) loss."""
+def fwd_bwd(loss_fn, *scales):
+    """One training step's loss work: forward, then backward from the loss multiplied by each
+    of ``scales`` in turn (by nothing without them)."""
+    turns = itertools.cycle(scales or (None,))
+
     def step(pred, target):
         pred.grad = None
-        loss = loss_fn(pred, target)
-        (loss * scale if scale is not None else loss).backward()
+        loss, scale = loss_fn(pred, target), next(turns)
+        (loss if scale is None else loss * scale).backward()
     return step
 
 
@@ -85,6 +92,7 @@ def element_wise_fwd_bwd(ops, name):
         f"eager x{SCALE:g}": fwd_bwd(reference, SCALE),
         f"compile x{SCALE:g}": fwd_bwd(compiled, SCALE),
         f"{OURS} x{SCALE:g}": fwd_bwd(ours, SCALE),
+        f"{OURS} {TURNS}": fwd_bwd(ours, SCALE, SCALE / 2),
     }
     arg_sets = fwd_bwd_inputs(name, shape)
     out = time_providers(providers, arg_sets, f"{name}_fwd_bwd", shape, nbytes, reps=30)
@@ -118,7 +126,8 @@ def cross_entropy_default(ops):
     providers = {"eager": fwd_bwd(F.cross_entropy), "compile": fwd_bwd(compiled),
                  OURS: fwd_bwd(ops.cross_entropy),
                  f"eager x{SCALE:g}": fwd_bwd(F.cross_entropy, SCALE),
-                 f"{OURS} x{SCALE:g}": fwd_bwd(ops.cross_entropy, SCALE)}
+                 f"{OURS} x{SCALE:g}": fwd_bwd(ops.cross_entropy, SCALE),
+                 f"{OURS} {TURNS}": fwd_bwd(ops.cross_entropy, SCALE, SCALE / 2)}
     nbytes = 2 * rows * classes * 4 + rows * 8
     fb = time_providers(providers, arg_sets, "cross_entropy_fwd_bwd", CE_SHAPE, nbytes, reps=50)
     # Where the time goes: GPU time with the host queued ahead, the host's own time per step

@@ -160,7 +160,8 @@ except CheckFailed as failure:
 # %% tags=["gpu"]
 cuda = dict(device="cuda")
 bad_inputs = {
-    "float64": (torch.randn(1000, dtype=torch.float64, **cuda), torch.randn(1000, dtype=torch.float64, **cuda)),
+    "float64": (torch.randn(1000, dtype=torch.float64, **cuda),
+                torch.randn(1000, dtype=torch.float64, **cuda)),
     "shapes that do not broadcast": (torch.randn(1000, **cuda), torch.randn(999, **cuda)),
     "a CPU tensor": (torch.randn(1000), torch.randn(1000)),
 }
@@ -264,20 +265,23 @@ def mse_float64(pred, target, chunk=1 << 26):
 
 def spread(ops, n, runs=20):
     """Call each op `runs` times on one input; print distinct results, range and error."""
-    pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(1), "cuda")
+    pred, target = kernels.get_loss("mse").make_inputs(
+        (n,), torch.Generator("cuda").manual_seed(1), "cuda")
     exact = mse_float64(pred, target)
     for name, op in ops.items():
         values = np.array([op(pred, target).item() for _ in range(runs)], dtype=np.float32)
         ulp = np.spacing(np.float32(exact))
         error = np.abs(values.astype(np.float64) - exact).max() / exact
-        print(f"2^{n.bit_length() - 1:<3} {name:<11} {len(set(values.tolist())):>2} distinct of {runs}, "
-              f"range {(values.max() - values.min()) / ulp:5.0f} ulp, max error vs float64 {error:.1e}")
+        print(f"2^{n.bit_length() - 1:<3} {name:<11} {len(set(values.tolist())):>2} distinct "
+              f"of {runs}, range {(values.max() - values.min()) / ulp:5.0f} ulp, "
+              f"max error vs float64 {error:.1e}")
     del pred, target
     torch.cuda.empty_cache()
 
 
 # %% tags=["gpu", "nbval-ignore-output"]
-spread({"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.mse}, 1 << 24)
+spread({"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": v4.mse,
+        "torch.mean": kernels.losses.mse}, 1 << 24)
 spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.mse},
        bench.SIZES[-1])  # 2^30, less when a validation run limits the sizes
 
@@ -303,20 +307,24 @@ compiled_mse = torch.compile(kernels.losses.mse, dynamic=False)
 shapes = [bench.element_wise_shape(n, "mse") for n in bench.SIZES]
 measured = bench.sweep({"eager": kernels.losses.mse, "torch.compile": compiled_mse,
                         "v2": v2.mse, "v3": v3.mse, "v4": v4.mse}, "mse", shapes)
-measured += bench.sweep({"v1": v1.mse}, "mse", [s for s in shapes if math.prod(s) <= 1 << 24], reps=10)
+measured += bench.sweep({"v1": v1.mse}, "mse", [s for s in shapes if math.prod(s) <= 1 << 24],
+                        reps=10)
 ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
 # %% tags=["nbval-ignore-output"]
 rows = ch.rows()
-# Version 1, far below the others, in grey: five lines in colour are as many as the eye follows.
-kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "v1", "v2", "v3", "v4"],
+# Version 1, far below the others, in grey: five lines in colour are as many as the eye
+# follows.
+kernels.plot_throughput(rows, "mse",
+                        providers=["eager", "torch.compile", "v1", "v2", "v3", "v4"],
                         highlight=["eager", "torch.compile", "v2", "v3", "v4"]);
 
 # %% tags=["nbval-ignore-output"]
 from IPython.display import Markdown
 
-Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3", "v4"], "mse"))
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3", "v4"],
+                                "mse"))
 
 # %% [markdown]
 # The plot and the table show the ladder: each version issues fewer atomics. Version 2 is far
@@ -370,9 +378,10 @@ if counters:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 [(name, instructions)] = profile.sass(v4, "block_atomics").items()
-print("loads in block_atomics:", {width: profile.count_opcodes(instructions, pattern)
-                                  for width, pattern in (("4-byte", r"LDG\.E(\.(?!64|128)\w+)*$"),
-                                                         ("16-byte", r"LDG\.E(\.\w+)*\.128"))})
+print("loads in block_atomics:",
+      {width: profile.count_opcodes(instructions, pattern)
+       for width, pattern in (("4-byte", r"LDG\.E(\.(?!64|128)\w+)*$"),
+                              ("16-byte", r"LDG\.E(\.\w+)*\.128"))})
 print(profile.excerpt(instructions, r"LDG", 6))
 
 # %% [markdown]
@@ -418,8 +427,8 @@ show_source("exercises/ch2_warp_atomics.cu")
 # %% tags=["gpu", "nbval-ignore-output"]
 if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse, "mse")
                and every_lane_reaches_the_shuffles("exercises/ch2_warp_atomics.cu")):
-    bench.speedup_target(load("exercises/ch2_warp_atomics.cu").mse, v1.mse, "mse", (1 << 24,), 20,
-                         reference_label="version 1", reps=10)
+    bench.speedup_target(load("exercises/ch2_warp_atomics.cu").mse, v1.mse, "mse", (1 << 24,),
+                         20, reference_label="version 1", reps=10)
 
 # %% [markdown]
 # ```{exercise}

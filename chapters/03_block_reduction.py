@@ -170,15 +170,16 @@ v2.mse(pred, target)
 v3.mse(pred, target)
 torch.cuda.synchronize()
 '''
-banks = profile.ncu(TWO_TREES, "interleaved_strided|sequential", profile.BANKS + ("time (us)",),
-                    launches=2)
+banks = profile.ncu(TWO_TREES, "interleaved_strided|sequential",
+                    profile.BANKS + ("time (us)",), launches=2)
 if banks:
     print(banks.table(["v2", "v3"]))
     blocks = (1 << 24) // 256
     for column, name in enumerate(("v2", "v3")):
-        print(f"{name}: {banks.value('shared load wavefronts', column) / blocks:.1f} load wavefronts "
-              f"and {banks.value('shared bank conflicts (loads)', column) / blocks:.1f} load "
-              f"conflicts per block")
+        print(f"{name}: {banks.value('shared load wavefronts', column) / blocks:.1f} "
+              f"load wavefronts and "
+              f"{banks.value('shared bank conflicts (loads)', column) / blocks:.1f} "
+              f"load conflicts per block")
 
 # %% [markdown]
 # ## Version 4: the first add during the load
@@ -307,7 +308,8 @@ for loss, versions in [("mse", {"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": 
     reference = kernels.get_loss(loss).reference
     providers = {"eager": reference, "torch.compile": torch.compile(reference, dynamic=False),
                  **versions}
-    measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
+    measured += bench.sweep(providers, loss,
+                            [bench.element_wise_shape(n, loss) for n in bench.SIZES])
 ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
@@ -319,7 +321,8 @@ print(f"{len(measured)} measurements saved")
 # %% tags=["nbval-ignore-output"]
 rows = ch.rows()
 VERSIONS = ["v1", "v2", "v3", "v4", "v5", "v6"]
-largest = max({r["shape"] for r in results.select(rows, loss="mse")}, key=lambda shape: shape[0])
+largest = max({r["shape"] for r in results.select(rows, loss="mse")},
+              key=lambda shape: shape[0])
 print(f"MSE, {largest[0]:,} elements")
 Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1"))
 
@@ -448,5 +451,5 @@ show_source("exercises/ch3_padded_tree.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 if ch.exercise("exercises/ch3_padded_tree.cu", lambda kernel: check(kernel.mse, "mse")):
-    bench.speedup_target(load("exercises/ch3_padded_tree.cu").mse, v2.mse, "mse", (1 << 24,), 1.1,
-                         reference_label="version 2")
+    bench.speedup_target(load("exercises/ch3_padded_tree.cu").mse, v2.mse, "mse", (1 << 24,),
+                         1.1, reference_label="version 2")

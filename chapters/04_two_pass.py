@@ -84,7 +84,8 @@ torch.cuda.synchronize()
 torch.cuda.set_sync_debug_mode("error")
 try:
     loss = v1.mse(pred, target)
-    print(f"v1.mse: shape {tuple(loss.shape)}, dtype {loss.dtype}, device {loss.device}, no sync")
+    print(f"v1.mse: shape {tuple(loss.shape)}, dtype {loss.dtype}, device {loss.device}, "
+          "no sync")
     try:
         loss.item()
     except RuntimeError as error:
@@ -153,8 +154,9 @@ print(f"{inputs} random inputs of 2^20 elements: version 1's float32 mean differ
       f"three grids for {flips} of them; version 2's order has no grid in it")
 if example:
     seed, v1_means, v2_mean = example
-    print(f"input {seed}: version 1 gives " + ", ".join(
-        f"{m!r} on the {gpu}" for (gpu, _), m in zip(GRIDS, v1_means)) + f"; version 2 {v2_mean!r}")
+    print(f"input {seed}: version 1 gives "
+          + ", ".join(f"{m!r} on the {gpu}" for (gpu, _), m in zip(GRIDS, v1_means))
+          + f"; version 2 {v2_mean!r}")
 
 # %% [markdown]
 # Version 1's sum of partials changes with the grid in its last digits; version 2's cannot. After
@@ -169,7 +171,8 @@ if example:
 
 # %%
 def distinct_results(op, n=1 << 24, runs=100, seed=3):
-    pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(seed), "cuda")
+    pred, target = kernels.get_loss("mse").make_inputs(
+        (n,), torch.Generator("cuda").manual_seed(seed), "cuda")
     values = torch.stack([op(pred, target) for _ in range(runs)])
     return len(set(values.tolist()))
 
@@ -179,7 +182,8 @@ for name, op in [("v1", v1.mse), ("v2", v2.mse)]:
     print(f"{name}: {distinct_results(op)} distinct result(s) in 100 runs")
 
 # %%
-show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu", start="// Chapter 3", end="#include")
+show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu", start="// Chapter 3",
+            end="#include")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ch3 = load("ch3_block_reduction/v6_vectorized_grid_stride.cu")
@@ -241,7 +245,8 @@ for cap in ["default", "1", "7", "100"]:
 for i, name in enumerate(["v2", "v3"]):
     for cap in ["1", "7", "100"]:
         same = by_grid[cap][i] == by_grid["default"][i]
-        print(f"{name}, grid capped at {cap:>3} blocks: {'the same bits' if same else 'DIFFERENT bits'} as the full grid")
+        print(f"{name}, grid capped at {cap:>3} blocks: "
+              f"{'the same bits' if same else 'DIFFERENT bits'} as the full grid")
 
 # %% [markdown]
 # ## Version 4: compensated lanes, for the accuracy study
@@ -278,8 +283,8 @@ from kernels import profile
 ADDS = re.compile(r"^\s*(add|sub)(\.ftz)?\.f32", re.MULTILINE)
 for flags in ((), ("--use_fast_math",)):
     text = profile.ptx("ch4_two_pass/v4_kahan_lanes.cu", flags, function="tile_partials")
-    print(f"{' '.join(flags) or 'default flags':<16}: {len(ADDS.findall(text))} float32 add/sub "
-          f"instructions, {text.count('.ftz')} with .ftz (flush denormals)")
+    print(f"{' '.join(flags) or 'default flags':<16}: {len(ADDS.findall(text))} float32 "
+          f"add/sub instructions, {text.count('.ftz')} with .ftz (flush denormals)")
 
 # %% [markdown]
 # ## How accurate is a float32 sum of $2^{30}$ values?
@@ -322,7 +327,8 @@ def mse_float64(pred, target, chunk=1 << 26):
 
 
 n = bench.SIZES[-1]  # 2^30 (less when a validation run limits the sizes)
-pred, target = kernels.get_loss("mse").make_inputs((n,), torch.Generator("cuda").manual_seed(5), "cuda")
+pred, target = kernels.get_loss("mse").make_inputs(
+    (n,), torch.Generator("cuda").manual_seed(5), "cuda")
 exact = mse_float64(pred, target)
 ulp = float(np.spacing(np.float32(exact)))
 candidates = {"torch.mean (eager)": kernels.losses.mse,
@@ -336,7 +342,8 @@ candidates = {"torch.mean (eager)": kernels.losses.mse,
               "v4 Kahan lanes, f64 final": v4.mse}
 for name, op in candidates.items():
     got = op(pred, target).item()
-    print(f"{name:<31} {got:.9g}  error {abs(got - exact) / exact:.1e} ({abs(got - exact) / ulp:6.1f} ulp)")
+    print(f"{name:<31} {got:.9g}  error {abs(got - exact) / exact:.1e} "
+          f"({abs(got - exact) / ulp:6.1f} ulp)")
 print(f"{'float64':<31} {exact:.9g}   (n = 2^{n.bit_length() - 1})")
 del pred, target
 torch.cuda.empty_cache()
@@ -358,16 +365,18 @@ torch.cuda.empty_cache()
 #
 # ## Version 5: the grid `torch.compile` chose
 #
-# At $2^{30}$ elements versions 2 and 3 read 1 to 2% slower than `torch.compile`, and no
-# change of load instruction, tile size or unrolling closed that gap. When the compiler wins,
-# read what it wrote: `torch._inductor.utils.run_and_get_code` returns the code Inductor
-# generated for a function, launches included.
+# At $2^{30}$ elements versions 2 and 3 read one to three percent slower than `torch.compile`
+# (the tables below), and no change of load instruction, tile size or unrolling closed that
+# gap. When the compiler wins, read what it wrote: `torch._inductor.utils.run_and_get_code`
+# returns the code Inductor generated for a function, launches included.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from torch._inductor.utils import run_and_get_code
 
-pred, target = kernels.get_loss("mse").make_inputs((1 << 30,), torch.Generator("cuda").manual_seed(0), "cuda")
-_, generated = run_and_get_code(torch.compile(kernels.get_loss("mse").reference, dynamic=False), pred, target)
+pred, target = kernels.get_loss("mse").make_inputs(
+    (1 << 30,), torch.Generator("cuda").manual_seed(0), "cuda")
+_, generated = run_and_get_code(
+    torch.compile(kernels.get_loss("mse").reference, dynamic=False), pred, target)
 for line in generated[0].splitlines():
     if ".run(" in line:
         print(line.strip())
@@ -428,12 +437,14 @@ for cap in ["default", "1", "7", "100"]:
     env = dict(os.environ)
     if cap != "default":
         env["LOSS_KERNELS_BLOCKS"] = cap
-    run = subprocess.run([sys.executable, "-c", GRID_SCRIPT, ROOT, "ch4_two_pass/v5_block_tiles.cu"],
+    run = subprocess.run([sys.executable, "-c", GRID_SCRIPT, ROOT,
+                          "ch4_two_pass/v5_block_tiles.cu"],
                          env=env, capture_output=True, text=True, check=True)
     by_grid[cap] = run.stdout.split()[0]
 for cap in ["1", "7", "100"]:
     print(f"v5, grid capped at {cap:>3} blocks: "
-          f"{'the same bits' if by_grid[cap] == by_grid['default'] else 'DIFFERENT bits'} as the full grid")
+          f"{'the same bits' if by_grid[cap] == by_grid['default'] else 'DIFFERENT bits'} "
+          f"as the full grid")
 
 # %% [markdown]
 # ## Choosing the final kernel from the data
@@ -452,9 +463,10 @@ for loss in ("mse", "smooth_l1", "hinge"):
     if loss == "mse":
         providers["torch.sum x2"] = lambda p, t: torch.sum(p) + torch.sum(t)
         providers["v1"] = v1.mse
-    providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss), "v4": getattr(v4, loss),
-                      "v5": getattr(v5, loss)})
-    measured += bench.sweep(providers, loss, [bench.element_wise_shape(n, loss) for n in bench.SIZES])
+    providers.update({"v2": getattr(v2, loss), "v3": getattr(v3, loss),
+                      "v4": getattr(v4, loss), "v5": getattr(v5, loss)})
+    measured += bench.sweep(providers, loss,
+                            [bench.element_wise_shape(n, loss) for n in bench.SIZES])
 ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
@@ -467,7 +479,8 @@ rows = ch.rows()
 for loss in ("mse", "smooth_l1", "hinge"):
     wins = {"v2": 0, "v3": 0, "v5": 0}
     for shape in sorted({r["shape"] for r in results.select(rows, loss=loss)}, key=math.prod):
-        ms = {p: results.select(rows, loss=loss, shape=shape, provider=p)[0]["ms"] for p in wins}
+        ms = {p: results.select(rows, loss=loss, shape=shape, provider=p)[0]["ms"]
+              for p in wins}
         faster = min(ms, key=ms.get)
         wins[faster] += 1
         if loss == "mse":
@@ -485,16 +498,19 @@ kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", "torch
                         highlight=["eager", "torch.compile", "torch.sum x2", "v2", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
-Markdown(results.markdown_table(rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4", "v5"], "mse"))
+Markdown(results.markdown_table(
+    rows, ["eager", "torch.compile", "torch.sum x2", "v1", "v2", "v3", "v4", "v5"], "mse"))
 
 # %% tags=["nbval-ignore-output"]
-kernels.plot_throughput(rows, "smooth_l1", providers=["eager", "torch.compile", "v2", "v3", "v5"]);
+kernels.plot_throughput(rows, "smooth_l1",
+                        providers=["eager", "torch.compile", "v2", "v3", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
 kernels.plot_throughput(rows, "hinge", providers=["eager", "torch.compile", "v2", "v3", "v5"]);
 
 # %% tags=["nbval-ignore-output"]
-Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "smooth_l1") + "\n\n"
+Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"],
+                                "smooth_l1") + "\n\n"
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "hinge"))
 
 # %% [markdown]
@@ -514,10 +530,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s, from
 # `bench/v5_ablation.py`'s run, and the chapter's own sweep): at most sizes version 5 is
 # ahead. At $2^{12}$ elements `torch.compile`'s single program is still ahead of our single
-# block. At the middle sizes of the chapter's sweep, Smooth L1 from $2^{20}$ and Hinge from
-# $2^{18}$ to $2^{22}$ elements, `torch.compile` comes out ahead by a few percent (the second
-# table below; Smooth L1 is level at $2^{18}$); in the
-# ablation's run Hinge at the same sizes is level or just ahead (that run has no Smooth L1), so
+# block. At the middle sizes of the chapter's sweep, Smooth L1 at $2^{20}$ and $2^{22}$ and
+# Hinge at $2^{16}$ elements, `torch.compile` comes out ahead, Smooth L1 by a few percent and
+# Hinge by more (the second table below; Smooth L1 is level at $2^{18}$ and $2^{24}$); in the
+# ablation's run Hinge at $2^{16}$ is level (that run has no Smooth L1), so
 # part of the gap is the spread between runs, and part of it is not closed yet
 # (`bench/reduction_targets.py` takes the median of three runs). The columns without a switch
 # show what each change buys: the ordinary launch
@@ -535,7 +551,8 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
 
 # %% tags=["nbval-ignore-output"]
 # The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.
-Markdown("\n\n".join(f"**{loss}**\n\n" + results.ratio_table(rows, ["v5"], loss, "torch.compile")
+Markdown("\n\n".join(f"**{loss}**\n\n"
+                     + results.ratio_table(rows, ["v5"], loss, "torch.compile")
                        for loss in ("mse", "smooth_l1", "hinge")))
 
 # %% [markdown]
@@ -557,8 +574,9 @@ for n in (1 << 28, bench.SIZES[-1]):
             samples[m.provider].append(m.gbps)
     for name, gbps in samples.items():
         gbps.sort()
-        print(f"2^{n.bit_length() - 1} {name:<14} GB/s min {gbps[0]:5.0f}  median {gbps[2]:5.0f}  "
-              f"max {gbps[-1]:5.0f}  (median {gbps[2] / ch.peak:.1%} of the line)")
+        print(f"2^{n.bit_length() - 1} {name:<14} GB/s min {gbps[0]:5.0f}  "
+              f"median {gbps[2]:5.0f}  max {gbps[-1]:5.0f}  "
+              f"(median {gbps[2] / ch.peak:.1%} of the line)")
 
 # %% [markdown]
 # Where two spreads overlap, the two are level: a margin under 2% that the spread covers is
@@ -640,5 +658,5 @@ show_source("exercises/ch4_last_block.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 if ch.exercise("exercises/ch4_last_block.cu", lambda kernel: check(kernel.mse, "mse")):
-    bench.speedup_target(load("exercises/ch4_last_block.cu").mse, v3.mse, "mse", (1 << 26,), 0.95,
-                         reference_label="version 3")
+    bench.speedup_target(load("exercises/ch4_last_block.cu").mse, v3.mse, "mse", (1 << 26,),
+                         0.95, reference_label="version 3")

@@ -87,7 +87,8 @@ rows, classes = 32768, 4096
 needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), 4)
 intermediate = rows * classes * 4
 print(f"a fused kernel must read:         {needed / 2**20:7.0f} MiB (logits + int64 targets)")
-print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} MiB of log-probabilities")
+print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} "
+      "MiB of log-probabilities")
 print(f"eager moves at least {(needed + intermediate) / needed:.1f}x the bytes it must")
 
 # %% [markdown]
@@ -130,8 +131,10 @@ rows = torch.tensor([[0.0, float("-inf"), 1.0],          # a masked class
 m = rows.max(dim=1, keepdim=True).values
 print("stable log-sum-exp :", (m[:, 0] + torch.log(torch.exp(rows - m).sum(dim=1))).tolist())
 print("torch.logsumexp    :", torch.logsumexp(rows, dim=1).tolist())
-print("loss, target 0     :", F.cross_entropy(rows, torch.tensor([0, 0, 0]), reduction="none").tolist())
-print("loss, target 2     :", F.cross_entropy(rows, torch.tensor([2, 2, 2]), reduction="none").tolist())
+print("loss, target 0     :",
+      F.cross_entropy(rows, torch.tensor([0, 0, 0]), reduction="none").tolist())
+print("loss, target 2     :",
+      F.cross_entropy(rows, torch.tensor([2, 2, 2]), reduction="none").tolist())
 
 # %% [markdown]
 # ## Reading the row once: the online softmax
@@ -163,7 +166,8 @@ def online_logsumexp(values):
     return m + math.log(s)
 
 
-row = (1e4 * torch.randn(1000, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+row = (1e4 * torch.randn(1000, generator=torch.Generator().manual_seed(0),
+                         dtype=torch.float64))
 print(f"online, one pass : {online_logsumexp(row.tolist()):.6f}")
 print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
 
@@ -190,7 +194,8 @@ show_source("ch5_cross_entropy/v1_two_pass_row.cu")
 # thread needs the row's max before it sums):
 
 # %%
-show_source("common/reduce.cuh", "// The sum or the max over a block of kBlock threads, in every",
+show_source("common/reduce.cuh",
+            "// The sum or the max over a block of kBlock threads, in every",
             "A block_max_all(A v)")
 
 # %% tags=["gpu"]
@@ -369,10 +374,11 @@ for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2), (torch.float1
 # for the mean over $N$ rows not ignored (ignored rows get a zero gradient; with label
 # smoothing the one-hot becomes $(1-\varepsilon)[j=t_i] + \varepsilon/C$). Everything in it is
 # known once the row's log-sum-exp is: the final kernel writes this gradient while the row is
-# still in its registers, for `grad_output == 1`, and the backward only multiplies by the real
-# `grad_output` (read on the GPU: no synchronisation). So training reads the logits once and
-# writes the gradient once, where PyTorch runs `log_softmax` and `nll_loss` forward, then their
-# two backward kernels.
+# still in its registers, times a guess of `grad_output` (the last backward's, 1 at first), and
+# the backward only multiplies by the real `grad_output` over that guess (both read on the GPU:
+# no synchronisation; nothing to do when the guess was right, as for a constant loss scale). So
+# training reads the logits once and writes the gradient once, where PyTorch runs
+# `log_softmax` and `nll_loss` forward, then their two backward kernels.
 #
 # `torch.autograd.gradcheck` compares the analytic gradient with finite differences in
 # float64. It differentiates one graph several times, which the fused gradient (scaled in
@@ -407,7 +413,8 @@ t = torch.randint(0, 1001, (4097,), generator=g, device="cuda")
 t[::7] = -100
 for kwargs in ({}, {"reduction": "sum"}, {"label_smoothing": 0.1}):
     error = gradient_error(final, x, t, **kwargs)
-    print(f"{'PASS' if error <= 1e-5 else 'FAIL'}  float32 gradient vs PyTorch float64 {kwargs}")
+    print(f"{'PASS' if error <= 1e-5 else 'FAIL'}  float32 gradient vs PyTorch float64 "
+          f"{kwargs}")
 
 # %% [markdown]
 # ## Throughput against row length
@@ -462,7 +469,8 @@ if "Liger-Kernel" in providers:
     train["Liger-Kernel"] = providers["Liger-Kernel"]
 for name, fn in train.items():
     ms = time_ms(lambda l, t, fn=fn: torch.autograd.grad(fn(l, t), l), [(logits, target)])
-    measurements.append(Measurement("cross_entropy_fwd_bwd", name, (rows, classes), train_bytes, ms))
+    measurements.append(
+        Measurement("cross_entropy_fwd_bwd", name, (rows, classes), train_bytes, ms))
 del logits, target
 ch.save(measurements)
 print(f"{len(measurements)} measurements saved")
@@ -478,7 +486,8 @@ results = ch.rows()
 forward = kernels.results.select(results, loss="cross_entropy")
 names = list(dict.fromkeys(r["provider"] for r in forward))
 ax = kernels.plot_throughput(forward, "cross_entropy", names, x=lambda shape: shape[1],
-                             title=f"cross-entropy forward by row length on {results[0]['gpu']}")
+                             title=f"cross-entropy forward by row length on "
+                                   f"{results[0]['gpu']}")
 # One tick per measured shape: its classes, and below them its rows (131072 as "131k"), short
 # enough that neighbouring labels do not run into each other.
 ticks = sorted({r["shape"] for r in forward}, key=lambda s: s[1])
@@ -499,7 +508,8 @@ for shape in shapes:
     cells = []
     for name in names:
         found = kernels.results.select(forward, provider=name, shape=shape)
-        cells.append(f"{found[0]['gbps']:.0f} ({100 * found[0]['gbps'] / found[0]['peak_gbps']:.0f}%)"
+        cells.append(f"{found[0]['gbps']:.0f} "
+                     f"({100 * found[0]['gbps'] / found[0]['peak_gbps']:.0f}%)"
                      if found else "–")
     lines.append(f"| {shape[0]} x {shape[1]} | " + " | ".join(cells) + " |")
 Markdown("\n".join(lines))
@@ -510,7 +520,8 @@ Markdown("\n".join(lines))
 # %% tags=["nbval-ignore-output"]
 ladder = [p for p in ("eager", "torch.compile", "Liger-Kernel", "v1 two-pass row",
                       "v2 online softmax", "v3 fused") if p in names]
-Markdown(kernels.results.speedup_table(results, ladder, "cross_entropy", (32768, 4096), "eager"))
+Markdown(kernels.results.speedup_table(results, ladder, "cross_entropy", (32768, 4096),
+                                       "eager"))
 
 # %% [markdown]
 # Training, forward plus backward, at the same shape (GB/s here counts the logits read once and
@@ -527,8 +538,8 @@ at = {r["provider"]: r for r in kernels.results.select(forward, shape=(32768, 40
 longest = {r["provider"]: r for r in kernels.results.select(forward, shape=shapes[-1])}
 ours, theirs = at["v3 fused"], at["torch.compile"]
 Markdown(
-    f"On the {ours['gpu']}, at 32768 x 4096 the final kernel reads at {ours['gbps']:.0f} GB/s, "
-    f"{100 * ours['gbps'] / ours['peak_gbps']:.0f}% of the measured read bandwidth: "
+    f"On the {ours['gpu']}, at 32768 x 4096 the final kernel reads at {ours['gbps']:.0f} "
+    f"GB/s, {100 * ours['gbps'] / ours['peak_gbps']:.0f}% of the measured read bandwidth: "
     f"{theirs['ms'] / ours['ms']:.2f} times as fast as `torch.compile` and "
     f"{at['eager']['ms'] / ours['ms']:.2f} times as fast as eager PyTorch. With "
     f"{shapes[-1][1]} classes per row it reaches {longest['v3 fused']['gbps']:.0f} GB/s "
@@ -666,7 +677,8 @@ show_source("exercises/ch5_ignore_index.cu")
 # %% tags=["gpu", "nbval-ignore-output"]
 if ch.exercise("exercises/ch5_ignore_index.cu", check_ignore_index):
     kernels.bench.speedup_target(op_of(load("exercises/ch5_ignore_index.cu")), op_of(v1),
-                                 "cross_entropy", (32768, 4096), 0.95, reference_label="version 1")
+                                 "cross_entropy", (32768, 4096), 0.95,
+                                 reference_label="version 1")
 
 # %% [markdown]
 # ```{exercise}

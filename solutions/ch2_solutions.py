@@ -33,7 +33,8 @@ import torch
 
 import kernels
 from kernels import bench, check, load
-from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles, lanes_leaving_before_a_shuffle
+from kernels.exercises.ch2_checks import (every_lane_reaches_the_shuffles,
+                                          lanes_leaving_before_a_shuffle)
 from kernels.notebook import show_source
 
 # %% [markdown]
@@ -77,12 +78,13 @@ print("early-return version, kernels flagged:", lanes_leaving_before_a_shuffle(t
 # Timed against version 1 of the chapter at $2^{24}$ elements:
 
 # %%
-show_source("ch2_atomics/v1_atomic_per_element.cu", start="// Chapter 2", end="#include")
+show_source("ch2_atomics/v1_atomic_per_element.cu", start="// Chapter 2",
+            end="#include")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v1 = load("ch2_atomics/v1_atomic_per_element.cu")
-bench.speedup_target(solution.mse, v1.mse, "mse", (1 << 24,), 20, label="warp-aggregated",
-                     reference_label="version 1", reps=10);
+bench.speedup_target(solution.mse, v1.mse, "mse", (1 << 24,), 20,
+                     label="warp-aggregated", reference_label="version 1", reps=10);
 
 # %% [markdown]
 # Nearly the full 32, and not quite: the atomics were almost all of version 1's time, not all
@@ -118,12 +120,12 @@ check(solution.mse, "mse")
 # The target, and the two fixes side by side: at $2^{28}$ elements each thread adds its sum to
 # shared memory once, at the end of a long loop, so both fixes run at the same speed; at
 # $2^{16}$ elements a thread has one element, and the 256 shared-memory atomics per block of
-# the smallest fix take turns on one word: a cost of a few percent at that size (the last
-# cell's lines), since the kernel is mostly launch and load time there.
+# the smallest fix take turns on one word: at that size they make it more than twice as slow
+# as the faster fix (the last cell's lines).
 
 # %%
-show_source(f"{ROOT}/solutions/kernels/ch2_race_shared_atomic.cu", start="__global__", end="__global__",
-            fold=False)
+show_source(f"{ROOT}/solutions/kernels/ch2_race_shared_atomic.cu", start="__global__",
+            end="__global__", fold=False)
 
 # %% tags=["gpu", "nbval-ignore-output"]
 smallest = load(f"{ROOT}/solutions/kernels/ch2_race_shared_atomic.cu")
@@ -131,9 +133,11 @@ check(smallest.mse, "mse")
 bench.bandwidth_target(solution.mse, "mse", (1 << 28,), 0.85, bench.read_bandwidth(),
                        label="faster fix")
 for n in (1 << 16, 1 << 28):
-    for m in bench.bench_loss({"atomic per thread": smallest.mse, "shuffles first": solution.mse},
+    for m in bench.bench_loss({"atomic per thread": smallest.mse,
+                               "shuffles first": solution.mse},
                               "mse", (n,)):
-        print(f"2^{n.bit_length() - 1}  {m.provider:<18} {m.ms * 1e3:9.1f} us  {m.gbps:7.0f} GB/s")
+        print(f"2^{n.bit_length() - 1}  {m.provider:<18} {m.ms * 1e3:9.1f} us  "
+              f"{m.gbps:7.0f} GB/s")
 
 # %% [markdown]
 # ```{solution-end}

@@ -64,7 +64,8 @@ solution = load(f"{ROOT}/solutions/kernels/ch3_smooth_l1.cu")
 check(solution.smooth_l1, "smooth_l1", special_values=True)
 
 # %%
-show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu", start="// Chapter 3", end="#include")
+show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu", start="// Chapter 3",
+            end="#include")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v6 = load("ch3_block_reduction/v6_vectorized_grid_stride.cu")
@@ -134,14 +135,15 @@ print("wavefronts/access:", [ways for _, ways in padded_ways()])
 # Timed against version 2 of the chapter:
 
 # %%
-show_source("ch3_block_reduction/v2_interleaved_strided.cu", start="// Chapter 3", end="#include")
+show_source("ch3_block_reduction/v2_interleaved_strided.cu", start="// Chapter 3",
+            end="#include")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 solution = load(f"{ROOT}/solutions/kernels/ch3_padded_tree.cu")
 v2 = load("ch3_block_reduction/v2_interleaved_strided.cu")
 check(solution.mse, "mse")
-bench.speedup_target(solution.mse, v2.mse, "mse", (1 << 24,), 1.1, label="padded tree",
-                     reference_label="version 2");
+bench.speedup_target(solution.mse, v2.mse, "mse", (1 << 24,), 1.1,
+                     label="padded tree", reference_label="version 2");
 
 # %% [markdown]
 # ```{solution-end}

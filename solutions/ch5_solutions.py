@@ -59,7 +59,8 @@ assert ch.exercise(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"), check_ignore_
 # The target: one comparison per row, against reads of 16 KB per row, costs nothing measurable.
 
 # %%
-show_source("ch5_cross_entropy/v1_two_pass_row.cu", start="// Chapter 5", end="#include")
+show_source("ch5_cross_entropy/v1_two_pass_row.cu", start="// Chapter 5",
+            end="#include")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from functools import partial
@@ -69,7 +70,8 @@ from kernels.cross_entropy import cross_entropy
 
 solution = load(os.path.join(SOLUTIONS, "ch5_ignore_index.cu"))
 v1 = load("ch5_cross_entropy/v1_two_pass_row.cu")
-bench.speedup_target(partial(cross_entropy, kernel=solution), partial(cross_entropy, kernel=v1),
+bench.speedup_target(partial(cross_entropy, kernel=solution),
+                     partial(cross_entropy, kernel=v1),
                      "cross_entropy", (32768, 4096), 0.95, label="ignore_index",
                      reference_label="version 1");
 
@@ -100,7 +102,8 @@ bench.speedup_target(partial(cross_entropy, kernel=solution), partial(cross_entr
 show_source(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), fold=False)
 
 # %% tags=["gpu"]
-assert ch.exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_online_softmax)
+assert ch.exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"),
+                   check_online_softmax)
 
 # %% [markdown]
 # ```{solution-end}
@@ -125,7 +128,8 @@ assert ch.exercise(os.path.join(SOLUTIONS, "ch5_online_softmax.cu"), check_onlin
 show_source(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), fold=False)
 
 # %% tags=["gpu"]
-assert ch.exercise(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"), check_label_smoothing)
+assert ch.exercise(os.path.join(SOLUTIONS, "ch5_label_smoothing.cu"),
+                   check_label_smoothing)
 
 # %% [markdown]
 # ```{solution-end}

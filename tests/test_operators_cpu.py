@@ -8,7 +8,7 @@ import torch
 from kernels import losses
 from kernels.build.build_cache import Sources, source_path
 from kernels.build.codegen import registration
-from kernels.ops import operators
+from kernels.ops import grad_guess, operators
 
 ELEMENT_WISE = losses.ELEMENT_WISE
 
@@ -159,3 +159,73 @@ def test_a_file_without_the_loss_list_is_left_as_it_is():
 def test_loss_ops_has_an_operator_per_registry_loss(name):
     method = getattr(operators.LossOps, name)
     assert method.__name__ == name and name in method.__doc__
+
+
+# --- the loss-scaling guess (kernels/ops/grad_guess.py) ---------------------------------------
+
+@pytest.mark.parametrize("dtype,reduction,want_grad,uses", [
+    (torch.float32, "mean", True, True), (torch.bfloat16, "sum", True, True),
+    (torch.float16, "mean", True, False),   # an old guess could overflow float16
+    (torch.float32, "none", True, False),   # grad_output is a tensor, not one value
+    (torch.float32, "mean", False, False)])  # no gradient to scale
+def test_the_guess_is_used_only_where_it_can_help(monkeypatch, dtype, reduction, want_grad, uses):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert grad_guess.wanted(dtype, reduction != "none", want_grad) == uses
+
+
+@pytest.mark.parametrize("where", ["torch.compile", "CUDA graph capture"])
+def test_no_guess_where_the_next_one_could_not_be_kept(monkeypatch, where):
+    capturing, compiling = where == "CUDA graph capture", where == "torch.compile"
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+    assert not grad_guess.wanted(torch.float32, True, True)
+
+
+class _Ctx:
+    """What setup_context and backward use of autograd's ctx."""
+    needs_input_grad = (True, False, False, False, False, False)
+
+    def mark_non_differentiable(self, *_):
+        pass
+
+    def set_materialize_grads(self, _):
+        pass
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+def _cpu_scale_grad(grad, grad_output, grad_guess=None):
+    """The scale op's contract on the CPU: grad *= grad_output / guess; returns the next guess."""
+    grad.mul_(grad_output / (1.0 if grad_guess is None else grad_guess))
+    return grad_output.float().clone()
+
+
+def test_each_backward_divides_out_its_own_forward_s_guess_and_keeps_the_next():
+    """Two forwards of one loss before their backwards (0.5 * mse(a) + 2 * mse(b)) each read
+    the guess of 1; each backward stores its grad_output as the next guess, which the next
+    forward reads, and the tensor a forward used is never written."""
+    key = ("cpu_test::mse", torch.device("cpu"))
+    grad_guess._GUESSES.pop(key, None)
+    setup, backward = operators._fused_loss_autograd(None, _cpu_scale_grad, "mse", key[0])
+    first = grad_guess.current(*key)
+    assert first.item() == 1.0 and grad_guess.current(*key) is first
+    contexts, grads = [], []
+    for _ in range(2):  # the forward wrote f' * guess = 2 * 1
+        ctx, grad = _Ctx(), torch.full((4,), 2.0)
+        setup(ctx, (torch.ones(4), torch.ones(4), 1, 0.0, True, grad_guess.current(*key)),
+              (torch.ones(()), grad))
+        contexts.append(ctx)
+        grads.append(grad)
+    assert backward(contexts[0], torch.tensor(0.5), None)[0] is grads[0]
+    assert torch.equal(grads[0], torch.full((4,), 1.0))
+    assert grad_guess.current(*key).item() == 0.5
+    backward(contexts[1], torch.tensor(2.0), None)
+    assert torch.equal(grads[1], torch.full((4,), 4.0))
+    assert grad_guess.current(*key).item() == 2.0 and first.item() == 1.0
+    ctx, grad = _Ctx(), torch.full((4,), 2.0 * 2.0)  # a forward that read the guess 2
+    setup(ctx, (torch.ones(4), torch.ones(4), 1, 0.0, True, grad_guess.current(*key)),
+          (torch.ones(()), grad))
+    backward(ctx, torch.tensor(2.0), None)  # right: the gradient is f' * 2 already
+    assert torch.equal(grad, torch.full((4,), 4.0))
+    grad_guess._GUESSES.pop(key)

@@ -39,6 +39,11 @@ executed=()  # only these notebooks go back in outputs.tgz: the others are the c
 
 pack() {  # what this run produced so far, into $OUT
   [ -n "${OUT:-}" ] || return 0
+  # A second invocation in the same call (nbval after execute) executes nothing: it must not
+  # replace the first one's notebooks with the checkout's results alone.
+  if [ ${#executed[@]} -eq 0 ] && [ -f "$OUT/outputs.tgz" ]; then
+    echo "kept $OUT/outputs.tgz: this invocation executed no notebook"; return 0
+  fi
   tar czf "$OUT/outputs.tgz" "${executed[@]}" book/results book/status.md \
     $(ls book/reliability.md 2>/dev/null)
   if [ -d /tmp/small-gpu ]; then tar czf "$OUT/small_gpu.tgz" -C /tmp/small-gpu .; fi

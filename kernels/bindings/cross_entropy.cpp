@@ -1,12 +1,14 @@
 // Binding for the fused cross-entropy (chapter 5): checks the tensors, allocates the outputs and
 // a workspace, and calls a launcher from a kernel file (.cu). The loader (kernels/load.py) registers
 // one op per launcher the file defines:
-//     cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save)
-//         -> (loss, saved, bad_target)
+//     cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save,
+//                   grad_guess=None) -> (loss, saved, bad_target)
 //     cross_entropy_backward(grad_output, logits, target, lse, ignore_index, label_smoothing) -> grad
-//     cross_entropy_scale_grad(grad, grad_output) -> ()         (scales grad in place)
+//     cross_entropy_scale_grad(grad, grad_output, grad_guess=None) -> next_guess
 // reduction: 0 none, 1 mean, 2 sum. save: 0 nothing, 1 the rows' log-sum-exp (for the backward op),
-// 2 the fused gradient for grad_output == 1 (scaled later by cross_entropy_scale_grad).
+// 2 the fused gradient, times grad_guess (one float32 on the device, a guess of grad_output:
+// kernels/ops/grad_guess.py), scaled later by cross_entropy_scale_grad by grad_output / guess,
+// which returns grad_output as a new float32, the next guess.
 // bad_target is a 0-d int32 tensor on the GPU, 1 when a target was out of range: reading it is the
 // caller's choice, because reading it waits for the GPU (kernels/cross_entropy.py).
 // Every argument is checked before any pointer is taken: bad input raises, never crashes.
@@ -69,13 +71,17 @@ static void raise_on(cudaError_t err) {
 template <CrossEntropyLauncher launch>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_op(
         const at::Tensor& logits_in, const at::Tensor& target_in, int64_t ignore_index,
-        int64_t reduction, double label_smoothing, int64_t save) {
+        int64_t reduction, double label_smoothing, int64_t save,
+        const std::optional<at::Tensor>& grad_guess) {
     check_logits_target(logits_in, target_in);
     const int dtype = logits_dtype_code(logits_in);
     TORCH_CHECK(reduction >= 0 && reduction <= 2, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
     TORCH_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
                 "label_smoothing must be between 0.0 and 1.0, got ", label_smoothing);
     TORCH_CHECK(save >= 0 && save <= 2, "save must be 0 (nothing), 1 (lse) or 2 (gradient)");
+    TORCH_CHECK(!grad_guess.has_value() || save == 2,
+                "grad_guess scales the fused gradient: it needs save=2");
+    const float* guess = guess_pointer(grad_guess, logits_in);
     const int64_t rows = logits_in.size(0);
     const int64_t classes = logits_in.size(1);
     const auto options = logits_in.options();
@@ -116,6 +122,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cross_entropy_op(
     args.lse = save == 1 ? saved.data_ptr() : nullptr;
     args.grad = save == 2 ? saved.data_ptr() : nullptr;
     args.grad_output = nullptr;
+    args.grad_guess = guess;
     args.bad_target = bad.data_ptr<int>();
     args.workspace = workspace.data_ptr();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
@@ -162,29 +169,36 @@ at::Tensor cross_entropy_backward_op(const at::Tensor& grad_output, const at::Te
 }
 
 template <CrossEntropyLauncher launch>
-void cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output) {
+at::Tensor cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output,
+                                       const std::optional<at::Tensor>& grad_guess) {
     TORCH_CHECK(grad.is_cuda() && grad.is_contiguous() && grad.dim() == 2,
                 "grad must be the forward's contiguous 2-D fused gradient (save=2)");
     TORCH_CHECK(grad_output.numel() == 1 && grad_output.device() == grad.device() &&
                 grad_output.scalar_type() == grad.scalar_type(),
                 "grad_output must be one value of the gradient's dtype and device");
-    if (grad.numel() == 0) return;
+    const float* guess = guess_pointer(grad_guess, grad);
+    if (grad.numel() == 0) return grad_output.reshape({}).to(at::kFloat).clone();
     const c10::cuda::CUDAGuard guard(grad.device());
+    at::Tensor next_guess = at::empty({}, grad.options().dtype(at::kFloat));
     CrossEntropyArgs args{};
     args.rows = grad.size(0);
     args.classes = grad.size(1);
     args.logits_dtype = logits_dtype_code(grad);
     args.grad = grad.data_ptr();
     args.grad_output = grad_output.data_ptr();
+    args.grad_guess = guess;
+    args.next_guess = next_guess.data_ptr<float>();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
+    return next_guess;
 }
 
 #define CROSS_ENTROPY_SCHEMA                                                                   \
     "(Tensor logits, Tensor target, int ignore_index, int reduction, float label_smoothing, " \
-    "int save) -> (Tensor, Tensor, Tensor)"
+    "int save, Tensor? grad_guess=None) -> (Tensor, Tensor, Tensor)"
 #define CROSS_ENTROPY_BACKWARD_SCHEMA                                                          \
     "(Tensor grad_output, Tensor logits, Tensor target, Tensor lse, int ignore_index, "       \
     "float label_smoothing) -> Tensor"
-// Returns nothing: an op that returns an alias of its mutated input cannot be traced by
-// torch.compile (it cannot be rewritten as a functional op).
-#define CROSS_ENTROPY_SCALE_GRAD_SCHEMA "(Tensor(a!) grad, Tensor grad_output) -> ()"
+// Returns the next guess, a new tensor, never grad itself: an op that returns an alias of its
+// mutated input cannot be traced by torch.compile (it cannot be rewritten as a functional op).
+#define CROSS_ENTROPY_SCALE_GRAD_SCHEMA \
+    "(Tensor(a!) grad, Tensor grad_output, Tensor? grad_guess=None) -> Tensor"

@@ -1,10 +1,13 @@
 // Binding for the chapter 6 loss operators: checks the tensors, allocates the outputs and a
 // workspace, and calls a launcher of a kernel file built on kernels/common/fused_loss.cuh. The
 // loader (kernels/loader.py) registers one op per launcher the file defines:
-//     <loss>(pred, target, reduction, param, want_grad) -> (loss, grad)
-//     <name>_scale_grad(grad, grad_output) -> ()          (grad *= grad_output, in place)
+//     <loss>(pred, target, reduction, param, want_grad, grad_guess=None) -> (loss, grad)
+//     <name>_scale_grad(grad, grad_output, grad_guess=None) -> next_guess
 // reduction: 0 none, 1 mean, 2 sum. param: the loss's parameter (Smooth L1's beta). want_grad:
-// also write d loss / d pred for grad_output == 1 into grad (else grad is an empty tensor).
+// also write d loss / d pred, times grad_guess, into grad (else grad is an empty tensor).
+// grad_guess: None, or one float32 on the device, a guess of the backward's grad_output (the
+// loss-scaling guess of kernels/ops/grad_guess.py). The scale op multiplies grad in place
+// by grad_output / grad_guess and returns grad_output as a new float32, the next guess.
 // kernels/operators.py registers each op's fake kernel and autograd formula.
 // Every argument is checked before any pointer is taken: bad input raises, never crashes.
 #include <ATen/core/Tensor.h>
@@ -15,6 +18,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -55,7 +59,8 @@ static void raise_on(cudaError_t err) {
 
 template <FusedLossLauncher launch>
 std::tuple<at::Tensor, at::Tensor> fused_loss_op(const at::Tensor& pred, const at::Tensor& target,
-                                                 int64_t reduction, double param, bool want_grad) {
+                                                 int64_t reduction, double param, bool want_grad,
+                                                 const std::optional<at::Tensor>& grad_guess) {
     TORCH_CHECK(pred.is_cuda() && target.is_cuda(), "pred and target must be CUDA tensors, got ",
                 pred.device(), " and ", target.device());
     TORCH_CHECK(pred.device() == target.device(), "pred and target are on different devices: ",
@@ -65,6 +70,10 @@ std::tuple<at::Tensor, at::Tensor> fused_loss_op(const at::Tensor& pred, const a
     const int dtype = value_dtype(pred);
     TORCH_CHECK(reduction >= 0 && reduction <= 2, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
     const int64_t target_len = target_length(pred, target);
+    TORCH_CHECK(!grad_guess.has_value() || (want_grad && reduction != REDUCTION_NONE),
+                "grad_guess scales the gradient of a reduced loss: it needs want_grad and "
+                "reduction mean or sum");
+    const float* guess = guess_pointer(grad_guess, pred);
     const c10::cuda::CUDAGuard guard(pred.device());
     const auto options = pred.options();
     at::Tensor grad = want_grad ? at::empty(pred.sizes(), options) : at::empty({0}, options);
@@ -90,30 +99,39 @@ std::tuple<at::Tensor, at::Tensor> fused_loss_op(const at::Tensor& pred, const a
     args.param = static_cast<float>(param);
     args.out = loss.data_ptr();
     args.grad = want_grad ? grad.data_ptr() : nullptr;
+    args.grad_guess = guess;
     args.workspace = workspace.data_ptr();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
     return {loss, grad};
 }
 
 template <FusedLossLauncher launch>
-void fused_loss_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output) {
+at::Tensor fused_loss_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_output,
+                                    const std::optional<at::Tensor>& grad_guess) {
     TORCH_CHECK(grad.is_cuda() && grad.is_contiguous(),
                 "grad must be a contiguous CUDA tensor (the forward's gradient)");
     TORCH_CHECK(grad_output.numel() == 1 && grad_output.device() == grad.device() &&
                 grad_output.scalar_type() == grad.scalar_type(),
                 "grad_output must be one value of the gradient's dtype and device");
     const int dtype = value_dtype(grad);
-    if (grad.numel() == 0) return;
+    const float* guess = guess_pointer(grad_guess, grad);
+    if (grad.numel() == 0) return grad_output.reshape({}).to(at::kFloat).clone();
     const c10::cuda::CUDAGuard guard(grad.device());
     const at::Tensor g = grad_output.contiguous();
+    at::Tensor next_guess = at::empty({}, grad.options().dtype(at::kFloat));
     FusedLossArgs args{};
     args.n = grad.numel();
     args.dtype = dtype;
     args.grad = grad.data_ptr();
     args.grad_output = g.data_ptr();
+    args.grad_guess = guess;
+    args.next_guess = next_guess.data_ptr<float>();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
+    return next_guess;
 }
 
-#define FUSED_LOSS_SCHEMA \
-    "(Tensor pred, Tensor target, int reduction, float param, bool want_grad) -> (Tensor, Tensor)"
-#define FUSED_LOSS_SCALE_GRAD_SCHEMA "(Tensor(a!) grad, Tensor grad_output) -> ()"
+#define FUSED_LOSS_SCHEMA                                                                  \
+    "(Tensor pred, Tensor target, int reduction, float param, bool want_grad, "            \
+    "Tensor? grad_guess=None) -> (Tensor, Tensor)"
+#define FUSED_LOSS_SCALE_GRAD_SCHEMA \
+    "(Tensor(a!) grad, Tensor grad_output, Tensor? grad_guess=None) -> Tensor"

@@ -207,15 +207,17 @@ __device__ __forceinline__ void write_row(const CrossEntropyArgs& a, int64_t row
     }
 }
 
-// The gradient of this row's loss for grad_output == 1: 1/count for the mean (count written by
-// count_targets before this kernel), 1 for the sum; 0 for an ignored row, NaN for a bad target.
+// The factor of this row's gradient: 1/count for the mean (count written by count_targets
+// before this kernel), 1 for the sum, times the guess of grad_output; 0 for an ignored row, NaN
+// for a bad target.
 template <class A>
 __device__ __forceinline__ A grad_scale(const CrossEntropyArgs& a, const RowTarget& r) {
     if (r.ignored) return A(0);
     if (r.bad) return nan_value<A>();
+    const A guess = static_cast<A>(guess_factor(a.grad_guess));
     if (a.reduction == REDUCTION_MEAN)
-        return A(1) / static_cast<A>(*static_cast<const int64_t*>(a.workspace));
-    return A(1);
+        return guess / static_cast<A>(*static_cast<const int64_t*>(a.workspace));
+    return guess;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -537,12 +539,16 @@ __global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
 // ---------------------------------------------------------------------------------------------
 // Backward kernels.
 
-// grad *= grad_output, with grad_output read on the GPU: no host synchronisation. The usual
-// loss.backward() passes 1, and then every block returns at once.
+// grad *= grad_output / the forward's guess of it, with both read on the GPU: no host
+// synchronisation. A right guess (or loss.backward()'s 1 without one) makes that 1, and then
+// every block returns at once. Writes grad_output as the next guess.
 template <class T, int kVec>
 __global__ void scale_grad(CrossEntropyArgs a, int64_t nvec) {
     using A = typename AccOf<T>::type;
-    const A g = to_acc(*static_cast<const T*>(a.grad_output));
+    const A wanted = to_acc(*static_cast<const T*>(a.grad_output));
+    if (a.next_guess != nullptr && blockIdx.x == 0 && threadIdx.x == 0)
+        *a.next_guess = static_cast<float>(wanted);
+    const A g = wanted / static_cast<A>(guess_factor(a.grad_guess));
     if (g == A(1)) return;
     Vec<T, kVec>* grad = static_cast<Vec<T, kVec>*>(a.grad);
     for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < nvec;

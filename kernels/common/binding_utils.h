@@ -2,6 +2,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 
 // A tensor's shape as text, e.g. "(3, 100)", for error messages. Streaming t.sizes() into
@@ -11,4 +12,16 @@ static inline std::string shape_of(const at::Tensor& t) {
     std::string s = "(";
     for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
     return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+// A guess of grad_output (kernels/ops/grad_guess.py): one float32 on the gradient's device, or
+// nothing.
+static inline const float* guess_pointer(const std::optional<at::Tensor>& guess,
+                                         const at::Tensor& like) {
+    if (!guess.has_value()) return nullptr;
+    TORCH_CHECK(guess->numel() == 1 && guess->scalar_type() == at::kFloat &&
+                guess->device() == like.device(),
+                "grad_guess must be one float32 value on ", like.device(), ", got ",
+                guess->scalar_type(), " of shape ", shape_of(*guess), " on ", guess->device());
+    return guess->data_ptr<float>();
 }

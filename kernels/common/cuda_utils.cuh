@@ -24,3 +24,14 @@ static inline int64_t resident_blocks(Kernel kernel, int threads, size_t shared_
 static inline bool is_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The loss-scaling guess (kernels/ops/grad_guess.py): a forward multiplies the gradient it writes
+// by a guess of grad_output, and the backward's scale op divides it out again. The factor a guess
+// stands for is the guess, unless it is missing or so small or large that gradient * guess could
+// leave float's range where gradient * grad_output would not (0, inf and NaN included): then 1.
+// The forward and the scale op must agree on it, so both call this.
+__device__ __forceinline__ float guess_factor(const float* guess) {
+    if (guess == nullptr) return 1.0f;
+    const float g = fabsf(*guess);
+    return g >= 0x1p-32f && g <= 0x1p32f ? *guess : 1.0f;
+}

@@ -3,9 +3,19 @@
 // What a training step needs from a loss is its value AND d loss / d pred. Computed apart, the
 // forward reads pred and target (8 bytes per fp32 element) and the backward reads them again and
 // writes the gradient (12 more): 20 bytes per element. Here one pass reads each input once,
-// adds the loss up and writes the gradient for grad_output == 1 beside it: 12 bytes. The
-// backward then only multiplies by grad_output, and only when it is not 1 (loss.backward()
-// passes 1): launch_scale_grad reads grad_output on the GPU, so nothing waits on the host.
+// adds the loss up and writes the gradient beside it: 12 bytes. The backward then only
+// multiplies the gradient by grad_output, and only when the forward did not already.
+//
+// The loss-scaling guess. A training loop that scales its loss (fp16 AMP's GradScaler, a loss
+// weight) passes the same grad_output != 1 step after step, and a backward that multiplies
+// the gradient again reads and writes it once more: 20 bytes instead of 12. So the forward
+// multiplies the gradient by a guess of grad_output, a float on the GPU (FusedLossArgs::
+// grad_guess, kept by kernels/ops/grad_guess.py: the grad_output of this loss's last backward;
+// guess_factor in cuda_utils.cuh).
+// launch_scale_grad is given the same guess: it multiplies by grad_output / guess, which is
+// exactly 1 when the guess was right, and then returns at once. It also writes grad_output as
+// the next guess. Nothing waits on the host, and a wrong guess costs only the 8 bytes of the
+// scaling pass: the gradient is right whatever the guess was.
 //
 // The reduction is chapter 4's version 5 (a block of 512 threads per tile of at least 4096
 // elements, at most 8192 tiles, one float partial per tile, then one block adds the partials in
@@ -144,6 +154,7 @@ tile_partials(FusedLossArgs a, Loss loss, float grad_scale, float* partials, int
               bool vector) {
     const int64_t start = blockIdx.x * tile_elems;
     const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
+    if constexpr (kGrad) grad_scale *= guess_factor(a.grad_guess);
     const float sum = block_sum<kThreads>(
         tile_sum<Loss, T, kBroadcast, kGrad>(loss, a, start, end, vector, grad_scale));
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
@@ -194,12 +205,16 @@ __global__ void __launch_bounds__(kThreads) each_element(FusedLossArgs a, Loss l
     }
 }
 
-// The backward of "mean" and "sum": grad *= grad_output, in place; nothing at all when it is 1.
+// The backward of "mean" and "sum": grad *= grad_output / the forward's guess, in place; nothing
+// at all when that is 1 (a right guess, or loss.backward() without one). Stores the next guess.
 template <class T>
 __global__ void __launch_bounds__(kThreads) scale_in_place(T* grad, int64_t n, const T* grad_output,
+                                                           const float* guess, float* next_guess,
                                                            bool vector) {
-    const float g = to_acc(*grad_output);
-    if (g == 1.0f) return;  // loss.backward() on the loss itself
+    const float wanted = to_acc(*grad_output);
+    if (next_guess != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *next_guess = wanted;
+    const float g = wanted / guess_factor(guess);
+    if (g == 1.0f) return;
     constexpr int kN = kPackN<T>;
     const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
     const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -268,7 +283,8 @@ static cudaError_t launch_scale_typed(const FusedLossArgs* a, cudaStream_t strea
     static const int64_t resident = resident_blocks(scale_in_place<T>, kThreads);  // asked once
     const int64_t blocks = std::min(ceil_div(a->n, int64_t{kThreads} * kPackN<T>), resident);
     scale_in_place<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<T*>(a->grad), a->n, static_cast<const T*>(a->grad_output), vector);
+        static_cast<T*>(a->grad), a->n, static_cast<const T*>(a->grad_output), a->grad_guess,
+        a->next_guess, vector);
     return cudaGetLastError();
 }
 
@@ -285,7 +301,8 @@ static cudaError_t launch_fused(const FusedLossArgs* a, cudaStream_t stream) {
     }
 }
 
-// The backward of "mean" and "sum" for every loss: a->grad *= *a->grad_output, unless it is 1.
+// The backward of "mean" and "sum" for every loss: a->grad *= *a->grad_output / the forward's
+// guess (a->grad_guess), unless that is 1; *a->next_guess = *a->grad_output.
 static inline cudaError_t launch_scale_grad(const FusedLossArgs* a, cudaStream_t stream) {
     switch (a->dtype) {
         case VALUE_F32: return fused::launch_scale_typed<float>(a, stream);

@@ -16,7 +16,12 @@ struct FusedLossArgs {
     int reduction;            // Reduction
     float param;              // the loss's parameter (Smooth L1's beta), else unused
     void* out;                // reduction NONE: n values, else the 0-d result; always written
-    void* grad;               // n values or NULL: d loss / d pred for grad_output == 1
+    void* grad;               // n values or NULL: d loss / d pred, times grad_guess
     const void* grad_output;  // the scale op only: one value of dtype
+    // The loss-scaling guess (kernels/common/fused_loss.cuh): NULL, or one float, the
+    // grad_output that the last backward of this loss saw. The forward multiplies the gradient
+    // by it; the scale op is given the same tensor and divides it out again.
+    const float* grad_guess;
+    float* next_guess;        // the scale op only, or NULL: one float, set to grad_output
     void* workspace;          // LOSS_WORKSPACE_BYTES(n), uninitialised
 };

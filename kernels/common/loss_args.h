@@ -45,8 +45,13 @@ struct CrossEntropyArgs {
     void* out;                // logits_dtype: reduction NONE -> rows losses, else the 0-d result
     void* lse;                // rows acc log-sum-exp values saved for backward, or NULL
     void* grad;               // rows x classes of logits_dtype, or NULL. Forward: the fused
-                              // gradient for grad_output == 1. Backward ops: the result.
+                              // gradient, times grad_guess. Backward ops: the result.
     const void* grad_output;  // backward ops: 0-d (scale_grad) or rows values, logits_dtype
+    // The loss-scaling guess (guess_factor in cuda_utils.cuh): NULL, or one float, a guess of
+    // grad_output. The forward multiplies the fused gradient by it; scale_grad is given the
+    // same one, multiplies by grad_output / guess and writes grad_output to next_guess.
+    const float* grad_guess;
+    float* next_guess;        // scale_grad only, or NULL
     int* bad_target;          // 0-d flag, always written: 1 when a target is out of range
     void* workspace;          // CE_WORKSPACE_BYTES(rows), uninitialised
 };

@@ -13,12 +13,13 @@ its autograd formula), so it also runs under ``torch.compile`` and CUDA graphs. 
 (how it avoids a second pass over the logits):
 
 - reduction "mean" or "sum": when the logits require grad, the forward kernel also writes the
-  gradient ``(softmax - one_hot) / count`` for ``grad_output == 1`` (it has the row in registers
-  and knows its log-sum-exp). The backward then only multiplies by ``grad_output``, and does so
-  on the GPU: a kernel reads ``grad_output`` and returns at once when it is 1 (what
-  ``loss.backward()`` passes), so no host synchronisation. The gradient buffer is scaled in
-  place, so the graph can be differentiated once (``retain_graph=True`` and a second backward
-  raise an error).
+  gradient ``(softmax - one_hot) / count`` (it has the row in registers and knows its
+  log-sum-exp), multiplied by a guess of ``grad_output``: the one this op's last backward saw
+  (``kernels/ops/grad_guess.py``). The backward then only multiplies by ``grad_output / guess``,
+  and does so on the GPU: a kernel reads both and returns at once when that is 1 (a scale that
+  stays the same from step to step, or ``loss.backward()``'s 1), so no host synchronisation.
+  The gradient buffer is scaled in place, so the graph can be differentiated once
+  (``retain_graph=True`` and a second backward raise an error).
 - reduction "none" (or ``fused_backward=False``): the forward saves each row's log-sum-exp; the
   backward reads the logits again and writes ``grad_output[i] * (softmax - one_hot)`` in one
   pass (for "mean", ``grad_output / count`` with the count of rows not ignored, on the GPU).
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import torch
 
+from . import grad_guess
 from .schema import CROSS_ENTROPY_FILE as FINAL
 from .schema import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING
 
@@ -103,11 +105,14 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
                          f"the class dimension last and flatten; got shape {tuple(logits.shape)}")
     if check_targets:
         validate_targets(target, logits.shape[-1], ignore_index)
-    ops = _kernel(kernel).ops
-    save = SAVE_NOTHING
+    built = _kernel(kernel)
+    ops = built.ops
+    save, guess = SAVE_NOTHING, None
     if torch.is_grad_enabled() and logits.requires_grad and "cross_entropy_scale_grad" in ops:
         fused = fused_backward and reduction != "none"
         save = SAVE_GRAD if fused else SAVE_LSE
+        if grad_guess.wanted(logits.dtype, fused, True):
+            guess = grad_guess.current(f"{built.name}::cross_entropy", logits.device)
     loss = ops["cross_entropy"](logits, target, int(ignore_index), REDUCTIONS[reduction],
-                                float(label_smoothing), save)[0]
+                                float(label_smoothing), save, guess)[0]
     return loss.squeeze(0) if one_row and reduction == "none" else loss

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..losses import ELEMENT_WISE, get_loss
+from . import grad_guess
 from .schema import (CROSS_ENTROPY_FILE, FUSED_LOSSES_FILE, REDUCTIONS, SAVE_GRAD, SAVE_LSE,
                      SAVE_NOTHING)
 
@@ -63,9 +64,10 @@ def _register_forward_only(kernel) -> None:
         torch.library.register_autograd(name, _no_backward(kernel.source))
 
 
-# --- chapter 6: fused losses, op(pred, target, reduction, param, want_grad) -> (loss, grad) ---
+# --- chapter 6: fused losses, op(pred, target, reduction, param, want_grad, grad_guess) -------
+#                                -> (loss, grad)
 
-def _fake_fused_loss(pred, target, reduction, param, want_grad):
+def _fake_fused_loss(pred, target, reduction, param, want_grad, grad_guess=None):
     loss = pred.new_empty(pred.shape if reduction == REDUCTIONS["none"] else ())
     grad = pred.new_empty(pred.shape if want_grad else (0,))
     return loss, grad
@@ -77,31 +79,35 @@ def _register_fused_losses(kernel) -> None:
         raise ValueError(f"{kernel.source} must define exactly one <name>{SCALE_GRAD}_launch "
                          f"(the backward), found {scale_ops}")
     scale_grad = kernel.ops[scale_ops[0]]
-    torch.library.register_fake(_qualname(kernel, scale_ops[0]), lambda grad, grad_output: None)
+    torch.library.register_fake(_qualname(kernel, scale_ops[0]),
+                                lambda grad, grad_output, grad_guess=None:
+                                grad.new_empty((), dtype=torch.float32))
     for op in kernel.ops:
         if op == scale_ops[0]:
             continue
         name = _qualname(kernel, op)
         torch.library.register_fake(name, _fake_fused_loss)
-        setup, backward = _fused_loss_autograd(kernel.ops[op], scale_grad, op)
+        setup, backward = _fused_loss_autograd(kernel.ops[op], scale_grad, op, name)
         torch.library.register_autograd(name, backward, setup_context=setup)
 
 
-def _fused_loss_autograd(forward, scale_grad, loss_name: str):
+def _fused_loss_autograd(forward, scale_grad, loss_name: str, qualname: str):
     """setup_context and backward of one fused loss op.
 
-    The forward wrote d loss / d pred for grad_output == 1 (when want_grad): the backward only
-    multiplies it by grad_output, in place, and for "mean" and "sum" on the GPU with nothing to
-    do when grad_output is 1. Under torch.compile the saved gradient is a functional tensor that
-    may not be written to: the backward multiplies out of place there. Called with
-    want_grad=False, the backward runs the op again to get the gradient (correct, but a second
-    read of the inputs: LossOps sets want_grad whenever an input requires grad).
+    The forward wrote d loss / d pred times the guess of grad_output (1 without one; when
+    want_grad): the backward multiplies it in place by grad_output / guess, and for "mean" and
+    "sum" on the GPU, with nothing to do when that is 1 (kernels/ops/grad_guess.py). Under
+    torch.compile the saved gradient is a functional tensor that may not be written to: the
+    backward multiplies out of place there, and there is no guess. Called with want_grad=False,
+    the backward runs the op again to get the gradient (correct, but a second read of the
+    inputs: LossOps sets want_grad whenever an input requires grad).
     """
     def setup_context(ctx, inputs, output):
-        pred, target, reduction, param, want_grad = inputs
+        pred, target, reduction, param, want_grad, guess = inputs
         ctx.mark_non_differentiable(output[1])
         ctx.set_materialize_grads(False)  # no zeros for the gradient output nobody differentiates
         ctx.reduction, ctx.param, ctx.want_grad = reduction, param, want_grad
+        ctx.guess, ctx.device = guess, pred.device
         ctx.n, ctx.target_shape = pred.numel(), target.shape
         ctx.backward_done = False
         target_grad = ctx.needs_input_grad[1]
@@ -111,7 +117,7 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
 
     def backward(ctx, grad_loss, _):
         if grad_loss is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         grad, pred, target = ctx.saved_tensors
         if not ctx.want_grad:
             grad = forward(pred, target, ctx.reduction, ctx.param, True)[1]
@@ -121,11 +127,14 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
                                "cannot reuse it)")
         ctx.backward_done = True
         if type(grad) is not torch.Tensor:  # traced by torch.compile: no in-place writes
-            grad = grad * grad_loss
+            grad = grad * (grad_loss if ctx.guess is None
+                           else grad_loss / grad_guess.factor(ctx.guess))
         elif ctx.reduction == REDUCTIONS["none"]:
             grad.mul_(grad_loss)
-        else:
+        elif ctx.guess is None:
             scale_grad(grad, grad_loss)
+        else:
+            grad_guess.keep(qualname, ctx.device, scale_grad(grad, grad_loss, ctx.guess))
         grad_target = None
         if ctx.needs_input_grad[1]:
             upstream = grad_loss / ctx.n if ctx.reduction == REDUCTIONS["mean"] else grad_loss
@@ -136,7 +145,7 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
             param = {loss.param[0]: ctx.param} if loss.param else {}
             grad_target = loss.target_grad(pred, target, grad, upstream, **param).sum_to_size(
                 ctx.target_shape)
-        return (grad if ctx.needs_input_grad[0] else None), grad_target, None, None, None
+        return (grad if ctx.needs_input_grad[0] else None), grad_target, None, None, None, None
 
     return setup_context, backward
 
@@ -144,7 +153,8 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str):
 # --- chapter 5's cross-entropy ops ------------------------------------------------------------
 
 
-def _fake_cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save):
+def _fake_cross_entropy(logits, target, ignore_index, reduction, label_smoothing, save,
+                        grad_guess=None):
     rows, classes = logits.shape
     acc = torch.float64 if logits.dtype == torch.float64 else torch.float32
     loss = logits.new_empty((rows,) if reduction == REDUCTIONS["none"] else ())
@@ -164,8 +174,9 @@ def _register_cross_entropy(kernel) -> None:
                                     lambda grad_output, logits, *rest: torch.empty_like(
                                         logits, memory_format=torch.contiguous_format))
         torch.library.register_fake(_qualname(kernel, "cross_entropy_scale_grad"),
-                                    lambda grad, grad_output: None)
-        setup, backward = _cross_entropy_autograd(ops)
+                                    lambda grad, grad_output, grad_guess=None:
+                                    grad.new_empty((), dtype=torch.float32))
+        setup, backward = _cross_entropy_autograd(ops, name)
         torch.library.register_autograd(name, backward, setup_context=setup)
     else:
         torch.library.register_autograd(name, _no_backward(kernel.source))
@@ -174,17 +185,19 @@ def _register_cross_entropy(kernel) -> None:
                                     lambda logits, *rest: logits.new_empty(()))
 
 
-def _cross_entropy_autograd(ops):
+def _cross_entropy_autograd(ops, qualname: str):
     """setup_context and backward of a chapter 5 cross-entropy op (kernels/ops/cross_entropy.py).
 
-    save == SAVE_GRAD: the forward wrote the gradient for grad_output == 1, scaled here in place
-    (on the GPU, nothing when grad_output is 1). save == SAVE_LSE: the backward op reads the
+    save == SAVE_GRAD: the forward wrote the gradient times the guess of grad_output (1 without
+    one: kernels/ops/grad_guess.py), scaled here in place by grad_output / guess (on the GPU,
+    nothing when that is 1). save == SAVE_LSE: the backward op reads the
     logits again with the saved log-sum-exp. save == SAVE_NOTHING: the forward runs again,
     saving the log-sum-exp.
     """
     def setup_context(ctx, inputs, output):
-        logits, target, ignore_index, reduction, label_smoothing, save = inputs
+        logits, target, ignore_index, reduction, label_smoothing, save, guess = inputs
         ctx.mark_non_differentiable(output[1], output[2])
+        ctx.guess, ctx.device = guess, logits.device
         ctx.set_materialize_grads(False)
         ctx.ignore_index, ctx.reduction = ignore_index, reduction
         ctx.label_smoothing = label_smoothing
@@ -197,7 +210,7 @@ def _cross_entropy_autograd(ops):
             ctx.save_for_backward(logits, target)
 
     def backward(ctx, grad_loss, _saved, _bad):
-        none = (None,) * 5
+        none = (None,) * 6
         if grad_loss is None:
             return (None,) + none
         if ctx.save == SAVE_GRAD:
@@ -210,8 +223,12 @@ def _cross_entropy_autograd(ops):
             (grad,) = ctx.saved_tensors
             grad_loss = grad_loss.to(grad.dtype).reshape(())
             if type(grad) is not torch.Tensor:  # traced by torch.compile: no in-place writes
+                if ctx.guess is not None:
+                    grad_loss = grad_loss / grad_guess.factor(ctx.guess)
                 return (grad * grad_loss,) + none
-            ops["cross_entropy_scale_grad"](grad, grad_loss)
+            next_guess = ops["cross_entropy_scale_grad"](grad, grad_loss, ctx.guess)
+            if ctx.guess is not None:
+                grad_guess.keep(qualname, ctx.device, next_guess)
             return (grad,) + none
         if ctx.save == SAVE_LSE:
             logits, target, lse = ctx.saved_tensors
@@ -279,7 +296,10 @@ class LossOps:
             target = self._broadcast_row(name, pred, target)
         want_grad = torch.is_grad_enabled() and (pred.requires_grad or target.requires_grad)
         op = self.element_wise.ops[name]
-        return op(pred, target, REDUCTIONS[reduction], float(param), want_grad)[0]
+        guess = None
+        if grad_guess.wanted(pred.dtype, reduction != "none", want_grad):
+            guess = grad_guess.current(_qualname(self.element_wise, name), pred.device)
+        return op(pred, target, REDUCTIONS[reduction], float(param), want_grad, guess)[0]
 
     @staticmethod
     def _broadcast_row(name, pred, target):

@@ -35,8 +35,10 @@ def cuda(x, offset=0):
 
 
 def fused_loss(kernel, op, loss):
-    """A chapter 6 op: every reduction, with and without the gradient, fp32 and bf16."""
+    """A chapter 6 op: every reduction, with and without the gradient (and the guess of
+    grad_output for a reduced one), fp32 and bf16; the scale op with and without the guess."""
     scale = next(kernel.ops[o] for o in kernel.ops if o.endswith("_scale_grad"))
+    guess = cuda(torch.tensor(3.0))
     runs = 0
     for dtype in (torch.float32, torch.bfloat16):
         def call(pred, target):
@@ -46,7 +48,12 @@ def fused_loss(kernel, op, loss):
                     _, grad = kernel.ops[op](pred.to(dtype), target.to(dtype), reduction, 0.5,
                                              want_grad)
                     runs += 1
+                    if want_grad and reduction:
+                        kernel.ops[op](pred.to(dtype), target.to(dtype), reduction, 0.5, True,
+                                       guess)
+                        runs += 1
             scale(grad, cuda(torch.tensor(2.0).to(dtype)))
+            scale(grad, cuda(torch.tensor(2.0).to(dtype)), guess)
         element_wise(call, loss)
     return runs
 
@@ -83,6 +90,10 @@ def cross_entropy(kernel):
             if full:
                 _, grad, _ = ops["cross_entropy"](logits, target, -100, 1, 0.0, 2)
                 ops["cross_entropy_scale_grad"](grad, cuda(torch.tensor(2.0).to(dtype)))
+                guess = cuda(torch.tensor(3.0))  # the loss-scaling guess, forward and scale
+                _, grad, _ = ops["cross_entropy"](logits, target, -100, 2, 0.0, 2, guess)
+                ops["cross_entropy_scale_grad"](grad, cuda(torch.tensor(2.0).to(dtype)), guess)
+                runs += 2
                 _, lse, _ = ops["cross_entropy"](logits, target, -100, 0, 0.0, 1)
                 grad_output = cuda(torch.rand(rows, generator=g).to(dtype))
                 ops["cross_entropy_backward"](grad_output, logits, target, lse, -100, 0.0)

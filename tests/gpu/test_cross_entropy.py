@@ -238,6 +238,52 @@ def test_gradient(dtype, rtol, reduction, fused, shape):
     assert_matches(x.grad.float(), expected.float(), rtol)
 
 
+SCALES = (1024.0, 1024.0, 0.5, 0.0, 3.0, 3.0, 2.0**40, 1.0)  # miss, hit, ..., 0, out of range
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("shape", [(257, 1031), (33, 10), (5, 131075)])
+def test_gradient_is_right_whatever_the_guess(dtype, rtol, reduction, shape):
+    """Scales one step after another, as a loss weight and GradScaler give them: the forward
+    multiplies by the last one (kernels/ops/grad_guess.py), the backward divides it out."""
+    logits, target = make(*shape, dtype=dtype)
+    target[::4] = -100
+    x = logits.clone().requires_grad_()
+    for scale in SCALES:
+        x.grad = None
+        (ce()(x, target, reduction=reduction, label_smoothing=0.05) * scale).backward()
+        g = torch.tensor(scale, device="cuda", dtype=torch.float64)
+        expected = _torch_grad(logits, target, g, reduction=reduction, label_smoothing=0.05)
+        if scale == 0.0:
+            assert torch.equal(x.grad, torch.zeros_like(x)), shape
+        else:
+            assert_matches(x.grad.float(), expected.float(), rtol)
+
+
+def test_a_right_guess_leaves_the_forward_s_gradient_as_it_wrote_it():
+    logits, target = make(4096, 1000)
+    x = logits.clone().requires_grad_()
+    for _ in range(2):  # the first backward keeps 1024 as the guess
+        x.grad = None
+        (ce()(x, target) * 1024).backward()
+    op = kernel_of().ops["cross_entropy"]
+    forward = op(logits, target, -100, 1, 0.0, 2, torch.tensor(1024.0, device="cuda"))[1]
+    assert torch.equal(x.grad, forward)
+
+
+def test_the_guess_argument_is_checked():
+    ops = kernel_of().ops
+    logits, target = make(8, 10)
+    one = torch.ones((), device="cuda")
+    with pytest.raises(RuntimeError, match="needs save=2"):
+        ops["cross_entropy"](logits, target, -100, 1, 0.0, 1, one)
+    with pytest.raises(RuntimeError, match="grad_guess must be one float32"):
+        ops["cross_entropy"](logits, target, -100, 1, 0.0, 2, one.double())
+    with pytest.raises(RuntimeError, match="grad_guess must be one float32"):
+        ops["cross_entropy_scale_grad"](logits.clone(), one, torch.ones(2, device="cuda"))
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_gradcheck_float64(reduction, smoothing):

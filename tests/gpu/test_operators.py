@@ -121,6 +121,59 @@ def test_backward_of_one_costs_no_scaling_and_matches(ops, name):
     assert_close(pred.grad, p.grad, 1e-5, name)
 
 
+# --- the loss-scaling guess: the forward multiplies by the last grad_output ------------------
+
+SCALES = (1024.0, 1024.0, 0.5, 0.0, 3.0, 3.0, 2.0**40, 1.0)  # miss, hit, ..., 0, out of range
+
+
+@pytest.mark.parametrize("dtype,rtol,grad_rtol", DTYPES, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("name", ELEMENT_WISE)
+def test_gradient_is_right_whatever_the_guess(ops, name, dtype, rtol, grad_rtol):
+    """Scales as a loss weight and GradScaler give them, one step after another: a miss, a hit,
+    a smaller scale, 0 (never used as a factor), a scale beyond the guess's range: every
+    gradient against float64. float16 takes no guess, and must be right all the same."""
+    pred, target = inputs(name, (1000, 37), dtype, seed=2)
+    want, p, _ = reference(name, pred, target, "mean")
+    for scale in SCALES:
+        if dtype == torch.float16 and scale > 2**15:  # the scaled fp16 loss itself is inf
+            continue
+        pred.grad, p.grad = None, None
+        (call(ops, name, pred, target, "mean") * scale).backward()
+        (want * scale).backward(retain_graph=True)
+        if scale == 0.0:
+            assert torch.equal(pred.grad, torch.zeros_like(pred)), name
+            continue
+        g = torch.tensor(scale, device="cuda", dtype=torch.float64)
+        theirs = pytorch_in(dtype, name, pred, target, "mean", g)[1]
+        tol = max(grad_rtol, 4 * relative_error(theirs, p.grad))  # two roundings, as above
+        assert_close(pred.grad, p.grad, tol, f"{name} {dtype} x{scale:g}")
+    record(VERSION, f"{name} {dtype} gradients over {len(SCALES)} scaled steps", "pass")
+
+
+def test_a_right_guess_leaves_the_forward_s_gradient_as_it_wrote_it(ops):
+    """The second step at one scale: the backward's factor is exactly 1, so the gradient is the
+    forward's, bit for bit (the first step stores the scale as the guess)."""
+    pred, target = inputs("mse", (1 << 20,), seed=3)
+    for _ in range(2):
+        pred.grad = None
+        (ops.mse(pred, target) * 1024).backward()
+    guess = torch.tensor(1024.0, device="cuda")
+    forward = ops.element_wise.ops["mse"](pred.detach(), target, 1, 0.0, True, guess)[1]
+    assert torch.equal(pred.grad, forward)
+
+
+def test_two_scales_of_one_loss_in_one_backward(ops):
+    """Both forwards read one guess; each backward divides out its own forward's."""
+    (a, ta), (b, tb) = inputs("mse", (4097,), seed=4), inputs("mse", (4097,), seed=5)
+    for _ in range(3):
+        a.grad = b.grad = None
+        (0.5 * ops.mse(a, ta) + 2.0 * ops.mse(b, tb)).backward()
+        for x, t, weight in ((a, ta, 0.5), (b, tb, 2.0)):
+            want, p, _ = reference("mse", x, t, "mean")
+            (want * weight).backward()
+            assert_close(x.grad, p.grad, 1e-5, f"mse x{weight}")
+
+
 def test_non_contiguous_grad_output_for_none(ops):
     pred, target = inputs("mse", (64, 48))
     loss = ops.mse(pred, target, reduction="none")
@@ -273,6 +326,13 @@ def test_raw_ops_check_their_arguments(ops):
         k["loss_scale_grad"](p.clone(), torch.ones(2, device="cuda"))
     with pytest.raises(RuntimeError, match="contiguous"):
         k["loss_scale_grad"](p.t(), torch.ones((), device="cuda"))
+    with pytest.raises(RuntimeError, match="grad_guess must be one float32"):
+        k["mse"](p, p, 1, 0.0, True, torch.ones(2, device="cuda"))
+    with pytest.raises(RuntimeError, match="grad_guess must be one float32"):
+        one = torch.ones((), device="cuda")
+        k["loss_scale_grad"](p.clone(), one, one.half())
+    with pytest.raises(RuntimeError, match="needs want_grad and reduction mean or sum"):
+        k["mse"](p, p, 0, 0.0, True, torch.ones((), device="cuda"))
 
 
 def test_second_backward_through_the_fused_gradient_raises(ops):
@@ -304,6 +364,13 @@ def opcheck_cases(name):
                     yield shape, dtype, reduction, want_grad, target_grad
 
 
+# With a guess other than grad_output, an eager backward scales the op's gradient output in
+# place (as the design says: the forward's gradient is scaled, not copied), and opcheck's
+# test_aot_dispatch_dynamic then compares that scaled tensor with the traced run's. What that
+# test checks, the gradient of a traced op given a guess, test_a_guess_under_torch_compile checks.
+WITHOUT_AOT = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
 @pytest.mark.parametrize("name", ELEMENT_WISE)
 def test_opcheck_element_wise(ops, name):
     op = ops.element_wise.ops[name]
@@ -314,11 +381,43 @@ def test_opcheck_element_wise(ops, name):
         param = PARAM.get(name, 0.0)
         torch.library.opcheck(op.default, (pred, target, reduction, param, want_grad))
         runs += 1
+        if want_grad and reduction != 0:  # with a guess of grad_output (see below)
+            guess = torch.tensor(3.0, device="cuda")
+            torch.library.opcheck(op.default, (pred, target, reduction, param, want_grad, guess),
+                                  test_utils=WITHOUT_AOT)
+            runs += 1
     record(VERSION, f"{name} opcheck ({runs} argument sets)", "pass")
+
+
+def test_a_guess_under_torch_compile_is_divided_out(ops):
+    """LossOps passes no guess under torch.compile; an op given one there still divides it out
+    (its traced backward multiplies out of place)."""
+    mse, ce = ops.element_wise.ops["mse"], ops.cross_entropy_kernel.ops["cross_entropy"]
+    pred, target = inputs("mse", (4099,), seed=6)
+    logits = torch.randn(77, 1001, device="cuda", requires_grad=True)
+    labels = torch.randint(0, 1001, (77,), device="cuda")
+    guess = torch.tensor(3.0, device="cuda")
+
+    def step(p, t, x, y):
+        return 5.0 * mse(p, t, 1, 0.0, True, guess)[0] + 7.0 * ce(x, y, -100, 1, 0.0, 2, guess)[0]
+
+    torch.compile(step, fullgraph=True)(pred, target, logits, labels).backward()
+    want, p, _ = reference("mse", pred, target, "mean")
+    x = logits.detach().double().requires_grad_()
+    (5.0 * want + 7.0 * F.cross_entropy(x, labels)).backward()
+    assert_close(pred.grad, p.grad, 1e-5, "mse, compiled with a guess")
+    assert_close(logits.grad, x.grad, 1e-5, "cross_entropy, compiled with a guess")
+
+
+def test_opcheck_scale_grad_with_a_guess(ops):
+    grad = torch.randn(64, 33, device="cuda")
+    two, three = torch.tensor(2.0, device="cuda"), torch.tensor(3.0, device="cuda")
+    torch.library.opcheck(ops.element_wise.ops["loss_scale_grad"].default, (grad, two, three))
 
 
 def test_opcheck_cross_entropy(ops):
     k = ops.cross_entropy_kernel.ops
+    two, three = torch.tensor(2.0, device="cuda"), torch.tensor(3.0, device="cuda")
     for _, shape in get_loss("cross_entropy").check_shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
         logits, target = get_loss("cross_entropy").make_inputs(shape, g, "cuda")
@@ -330,9 +429,13 @@ def test_opcheck_cross_entropy(ops):
                     continue  # the fused gradient is for "mean" and "sum"
                 torch.library.opcheck(k["cross_entropy"].default,
                                       (logits, target, -100, reduction, 0.1, save))
+            if reduction != 0:  # with a guess of grad_output
+                torch.library.opcheck(k["cross_entropy"].default,
+                                      (logits, target, -100, reduction, 0.1, 2, three),
+                                      test_utils=WITHOUT_AOT)
         grad = torch.randn(shape, device="cuda")
-        torch.library.opcheck(k["cross_entropy_scale_grad"].default,
-                              (grad, torch.tensor(2.0, device="cuda")))
+        torch.library.opcheck(k["cross_entropy_scale_grad"].default, (grad, two))
+        torch.library.opcheck(k["cross_entropy_scale_grad"].default, (grad, two, three))
 
 
 def train_step_graph_breaks(ops, loss_fn):
