@@ -229,3 +229,14 @@ def test_each_backward_divides_out_its_own_forward_s_guess_and_keeps_the_next():
     backward(ctx, torch.tensor(2.0), None)  # right: the gradient is f' * 2 already
     assert torch.equal(grad, torch.full((4,), 4.0))
     grad_guess._GUESSES.pop(key)
+
+
+def test_the_traced_backward_s_factor_is_the_kernels_guess_factor():
+    """grad_guess.factor (a backward traced by torch.compile) and guess_factor in
+    kernels/common/cuda_utils.cuh (the kernels) must count the same guesses as 1."""
+    header = source_path("common/cuda_utils.cuh").read_text()
+    assert "g >= 0x1p-32f && g <= 0x1p32f ? *guess : 1.0f" in header
+    for value, factor in ((3.0, 3.0), (-0.5, -0.5), (2.0**-32, 2.0**-32), (2.0**32, 2.0**32),
+                          (2.0**-33, 1.0), (2.0**33, 1.0), (0.0, 1.0), (float("inf"), 1.0),
+                          (float("-inf"), 1.0), (float("nan"), 1.0)):
+        assert grad_guess.factor(torch.tensor(value)).item() == factor, value
