@@ -1,0 +1,122 @@
+"""What the loss-scaling guess costs where it is right: two questions session 18 left open.
+
+    python bench/guess_cost.py        # on the GPU machine, about a minute
+
+1. Chapter 6 measured Hinge's training step with the loss multiplied by 1024 (a right guess
+   from the second step on) at 1.11x the plain step at 2^28 elements, MSE and Smooth L1 at
+   1.00x; ``bench/operator_targets.py`` in the same session measured Hinge at 1.007x. Here each
+   loss's plain and x1024 steps are timed in turns (``TURNS`` of each, alternating, so that a
+   drift of the GPU's clock falls on both), and one step of each is listed by the profiler.
+2. Chapter 7's fp32 forward+backward at 4096 x 131072 went from 1.60 ms to 1.65 ms when
+   version 3's ``grad_scale`` (which version 4 shares) began to read the guess. Here version
+   4's step is timed in turns with the guess and without it (``grad_guess.wanted`` patched to
+   False), both with ``loss.backward()``.
+
+Prints each ratio (median of the turns) with PASS/MISS against what the guess should cost:
+a right guess at most 1.02x the plain step, and the guess's read at most 1.01x.
+"""
+import statistics
+import sys
+
+import torch
+
+from kernels import bench, results
+from kernels.build.loader import load
+from kernels.losses import ELEMENT_WISE, get_loss
+from kernels.ops import grad_guess, operators
+from kernels.ops.cross_entropy import cross_entropy
+from kernels.ops.llm_head import LLM_CE_FILE
+
+TURNS = 5
+ELEMENTS = 1 << 28
+CE_SHAPE = (4096, 131072)
+RIGHT_GUESS_RATIO = 1.02  # x1024 / x1 when the guess is right: a few tiny launches more
+READ_RATIO = 1.01  # with / without the guess: one float read per block
+
+
+def step(loss_fn, scale=None):
+    """One training step's loss work, the loss multiplied by ``scale`` if given."""
+    def run(pred, target):
+        pred.grad = None
+        loss = loss_fn(pred, target)
+        (loss if scale is None else loss * scale).backward()
+    return run
+
+
+def in_turns(fns: dict, arg_sets) -> dict:
+    """{name: [ms of each turn]}, the functions timed one after the other, TURNS times."""
+    times = {name: [] for name in fns}
+    for _ in range(TURNS):
+        for name, fn in fns.items():
+            times[name].append(bench.time_ms(fn, arg_sets, reps=30))
+    return times
+
+
+def kernels_of_one_step(fn, args) -> str:
+    """The CUDA kernels one call of ``fn`` runs, with their GPU time (µs), as one line."""
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return "; ".join(f"{e.key[:60]} {e.device_time_total:.1f}" for e in prof.key_averages()
+                     if e.device_time_total > 0)
+
+
+def ratio_line(times: dict, over: str, under: str, goal: float, label: str) -> bool:
+    ratio = statistics.median(times[over]) / statistics.median(times[under])
+    turns = ", ".join(f"{name} " + " ".join(f"{t:.4f}" for t in ts) for name, ts in times.items())
+    print(f"{'PASS' if ratio <= goal else 'MISS'}  {label}: {ratio:.3f} (<= {goal}); ms: {turns}")
+    return ratio <= goal
+
+
+def element_wise(ops) -> list[bool]:
+    verdicts = []
+    for name in ELEMENT_WISE:
+        shape = bench.element_wise_shape(ELEMENTS, name)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        arg_sets = []
+        for _ in range(2):  # 2^28 fp32: 1 GiB per input, far beyond L2
+            pred, target = get_loss(name).make_inputs(shape, gen, "cuda")
+            arg_sets.append((pred.requires_grad_(), target))
+        fns = {"x1": step(getattr(ops, name)), "x1024": step(getattr(ops, name), 1024.0)}
+        verdicts.append(ratio_line(in_turns(fns, arg_sets), "x1024", "x1", RIGHT_GUESS_RATIO,
+                                   f"{name} fwd+bwd {results.shape_text(shape)} fp32, "
+                                   "x1024 / x1"))
+        for label, fn in fns.items():
+            print(f"      {label}: {kernels_of_one_step(fn, arg_sets[0])}")
+        del arg_sets
+        torch.cuda.empty_cache()
+    return verdicts
+
+
+def cross_entropy_read() -> bool:
+    v4 = load(LLM_CE_FILE)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    logits = torch.randn(CE_SHAPE, generator=gen, device="cuda").requires_grad_()
+    target = torch.randint(0, CE_SHAPE[1], (CE_SHAPE[0],), generator=gen, device="cuda")
+    with_guess = step(lambda x, t: cross_entropy(x, t, kernel=v4))
+    wanted = grad_guess.wanted
+
+    def without_guess(x, t):
+        grad_guess.wanted = lambda *args: False
+        try:
+            with_guess(x, t)
+        finally:
+            grad_guess.wanted = wanted
+
+    times = in_turns({"guess": with_guess, "no guess": without_guess}, [(logits, target)])
+    return ratio_line(times, "guess", "no guess", READ_RATIO,
+                      f"v4 fwd+bwd {CE_SHAPE[0]} x {CE_SHAPE[1]} fp32, guess / no guess")
+
+
+def main():
+    print(torch.cuda.get_device_name())
+    verdicts = element_wise(operators.build())
+    verdicts.append(cross_entropy_read())
+    return 0 if all(verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
