@@ -34,15 +34,6 @@ RIGHT_GUESS_RATIO = 1.02  # x1024 / x1 when the guess is right: a few tiny launc
 READ_RATIO = 1.01  # with / without the guess: one float read per block
 
 
-def step(loss_fn, scale=None):
-    """One training step's loss work, the loss multiplied by ``scale`` if given."""
-    def run(pred, target):
-        pred.grad = None
-        loss = loss_fn(pred, target)
-        (loss if scale is None else loss * scale).backward()
-    return run
-
-
 def in_turns(fns: dict, arg_sets) -> dict:
     """{name: [ms of each turn]}, the functions timed one after the other, TURNS times."""
     times = {name: [] for name in fns}
@@ -80,7 +71,9 @@ def element_wise(ops) -> list[bool]:
         for _ in range(2):  # 2^28 fp32: 1 GiB per input, far beyond L2
             pred, target = get_loss(name).make_inputs(shape, gen, "cuda")
             arg_sets.append((pred.requires_grad_(), target))
-        fns = {"x1": step(getattr(ops, name)), "x1024": step(getattr(ops, name), 1024.0)}
+        loss = getattr(ops, name)
+        fns = {"x1": bench.training_step(loss),
+               "x1024": bench.training_step(lambda p, t, loss=loss: loss(p, t) * 1024.0)}
         verdicts.append(ratio_line(in_turns(fns, arg_sets), "x1024", "x1", RIGHT_GUESS_RATIO,
                                    f"{name} fwd+bwd {results.shape_text(shape)} fp32, "
                                    "x1024 / x1"))
@@ -96,7 +89,7 @@ def cross_entropy_read() -> bool:
     gen = torch.Generator(device="cuda").manual_seed(0)
     logits = torch.randn(CE_SHAPE, generator=gen, device="cuda").requires_grad_()
     target = torch.randint(0, CE_SHAPE[1], (CE_SHAPE[0],), generator=gen, device="cuda")
-    with_guess = step(lambda x, t: cross_entropy(x, t, kernel=v4))
+    with_guess = bench.training_step(lambda x, t: cross_entropy(x, t, kernel=v4))
     wanted = grad_guess.wanted
 
     def without_guess(x, t):

@@ -25,6 +25,10 @@ CROSS_ENTROPY_CHAPTER = "ch5_cross_entropy"
 OPERATORS_CHAPTER = "ch6_operators"
 LLM_CHAPTER = "ch7_llm_cross_entropy"
 MULTI_GPU_CHAPTER = "ch8_multi_gpu"
+# Loss scales one training step after another, for the tests of the loss-scaling guess
+# (kernels/ops/grad_guess.py): a first miss, a hit, a smaller scale, 0 (never used as a
+# factor), a hit again, a scale beyond the guess's range, and back to 1.
+GUESS_SCALES = (1024.0, 1024.0, 0.5, 0.0, 3.0, 3.0, 2.0**40, 1.0)
 
 
 def kernel_files(*chapters) -> list[Path]:

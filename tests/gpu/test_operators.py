@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_support import ROOT, record
+from gpu_support import GUESS_SCALES, ROOT, record
 
 pytestmark = pytest.mark.gpu
 
@@ -123,9 +123,6 @@ def test_backward_of_one_costs_no_scaling_and_matches(ops, name):
 
 # --- the loss-scaling guess: the forward multiplies by the last grad_output ------------------
 
-SCALES = (1024.0, 1024.0, 0.5, 0.0, 3.0, 3.0, 2.0**40, 1.0)  # miss, hit, ..., 0, out of range
-
-
 @pytest.mark.parametrize("dtype,rtol,grad_rtol", DTYPES, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("name", ELEMENT_WISE)
 def test_gradient_is_right_whatever_the_guess(ops, name, dtype, rtol, grad_rtol):
@@ -134,7 +131,7 @@ def test_gradient_is_right_whatever_the_guess(ops, name, dtype, rtol, grad_rtol)
     gradient against float64. float16 takes no guess, and must be right all the same."""
     pred, target = inputs(name, (1000, 37), dtype, seed=2)
     want, p, _ = reference(name, pred, target, "mean")
-    for scale in SCALES:
+    for scale in GUESS_SCALES:
         if dtype == torch.float16 and scale > 2**15:  # the scaled fp16 loss itself is inf
             continue
         pred.grad, p.grad = None, None
@@ -147,7 +144,7 @@ def test_gradient_is_right_whatever_the_guess(ops, name, dtype, rtol, grad_rtol)
         theirs = pytorch_in(dtype, name, pred, target, "mean", g)[1]
         tol = max(grad_rtol, 4 * relative_error(theirs, p.grad))  # two roundings, as above
         assert_close(pred.grad, p.grad, tol, f"{name} {dtype} x{scale:g}")
-    record(VERSION, f"{name} {dtype} gradients over {len(SCALES)} scaled steps", "pass")
+    record(VERSION, f"{name} {dtype} gradients over {len(GUESS_SCALES)} scaled steps", "pass")
 
 
 def test_a_right_guess_leaves_the_forward_s_gradient_as_it_wrote_it(ops):
