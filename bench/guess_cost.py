@@ -1,16 +1,16 @@
-"""What the loss-scaling guess costs where it is right: two questions session 18 left open.
+"""What the loss-scaling guess costs where it is right, measured in turns.
 
     python bench/guess_cost.py        # on the GPU machine, about a minute
 
-1. Chapter 6 measured Hinge's training step with the loss multiplied by 1024 (a right guess
-   from the second step on) at 1.11x the plain step at 2^28 elements, MSE and Smooth L1 at
-   1.00x; ``bench/operator_targets.py`` in the same session measured Hinge at 1.007x. Here each
-   loss's plain and x1024 steps are timed in turns (``TURNS`` of each, alternating, so that a
-   drift of the GPU's clock falls on both), and one step of each is listed by the profiler.
-2. Chapter 7's fp32 forward+backward at 4096 x 131072 went from 1.60 ms to 1.65 ms when
-   version 3's ``grad_scale`` (which version 4 shares) began to read the guess. Here version
-   4's step is timed in turns with the guess and without it (``grad_guess.wanted`` patched to
-   False), both with ``loss.backward()``.
+1. Each element-wise loss's training step at 2^28 elements, plain and with the loss multiplied
+   by 1024 (a right guess from the second step on), timed in turns (``TURNS`` of each,
+   alternating, so that a drift of the GPU's clock falls on both), and the kernels of one step
+   of each from the profiler. (Timed one after the other, chapter 6 once measured Hinge's x1024
+   step at 1.11x; in turns it is 1.006x: bench/PERFLOG.md, session 19.)
+2. Version 4's fp32 forward+backward at 4096 x 131072 with the guess and without it
+   (``grad_guess.wanted`` patched to False), both with ``loss.backward()``: the guess's read.
+   Reading the guess beside the mean's count in every row cost 2-2.5% until the two became
+   one factor, computed once per call (``gradient_factor`` in version 3).
 
 Prints each ratio (median of the turns) with PASS/MISS against what the guess should cost:
 a right guess at most 1.02x the plain step, and the guess's read at most 1.01x.
@@ -73,7 +73,7 @@ def element_wise(ops) -> list[bool]:
             arg_sets.append((pred.requires_grad_(), target))
         loss = getattr(ops, name)
         fns = {"x1": bench.training_step(loss),
-               "x1024": bench.training_step(lambda p, t, loss=loss: loss(p, t) * 1024.0)}
+               "x1024": bench.training_step(loss, scales=(1024.0,))}
         verdicts.append(ratio_line(in_turns(fns, arg_sets), "x1024", "x1", RIGHT_GUESS_RATIO,
                                    f"{name} fwd+bwd {results.shape_text(shape)} fp32, "
                                    "x1024 / x1"))

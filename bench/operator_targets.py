@@ -17,7 +17,6 @@ kernels.measure.results.COLUMNS). Bytes: a forward reads each input once; a forw
 the gradient once (12 bytes per fp32 element for MSE and Smooth L1, 8 for Hinge, whose target is
 one broadcast row); cross-entropy's forward+backward reads the logits and writes their gradient.
 """
-import itertools
 import sys
 
 import torch
@@ -44,18 +43,6 @@ TURNS = f"x{SCALE:g} or x{SCALE / 2:g}"
 def pytorch_loss(name):
     """The PyTorch expression of the loss's mean, as a training loop writes it."""
     return get_loss(name).reference
-
-
-def fwd_bwd(loss_fn, *scales):
-    """One training step's loss work: forward, then backward from the loss multiplied by each
-    of ``scales`` in turn (by nothing without them)."""
-    turns = itertools.cycle(scales or (None,))
-
-    def step(pred, target):
-        pred.grad = None
-        loss, scale = loss_fn(pred, target), next(turns)
-        (loss if scale is None else loss * scale).backward()
-    return step
 
 
 def fwd_bwd_inputs(name, shape, dtype=torch.float32):
@@ -86,13 +73,13 @@ def element_wise_fwd_bwd(ops, name):
     compiled = torch.compile(reference, dynamic=False)
     ours = getattr(ops, name)
     providers = {
-        "eager": fwd_bwd(reference),
-        "compile": fwd_bwd(compiled),
-        OURS: fwd_bwd(ours),
-        f"eager x{SCALE:g}": fwd_bwd(reference, SCALE),
-        f"compile x{SCALE:g}": fwd_bwd(compiled, SCALE),
-        f"{OURS} x{SCALE:g}": fwd_bwd(ours, SCALE),
-        f"{OURS} {TURNS}": fwd_bwd(ours, SCALE, SCALE / 2),
+        "eager": bench.training_step(reference),
+        "compile": bench.training_step(compiled),
+        OURS: bench.training_step(ours),
+        f"eager x{SCALE:g}": bench.training_step(reference, scales=(SCALE,)),
+        f"compile x{SCALE:g}": bench.training_step(compiled, scales=(SCALE,)),
+        f"{OURS} x{SCALE:g}": bench.training_step(ours, scales=(SCALE,)),
+        f"{OURS} {TURNS}": bench.training_step(ours, scales=(SCALE, SCALE / 2)),
     }
     arg_sets = fwd_bwd_inputs(name, shape)
     out = time_providers(providers, arg_sets, f"{name}_fwd_bwd", shape, nbytes, reps=30)
@@ -123,11 +110,12 @@ def cross_entropy_default(ops):
     for _ in range(bench.rotation_count(2 * rows * classes * 4, l2, torch.cuda.mem_get_info()[0])):
         x = torch.randn(CE_SHAPE, generator=gen, device="cuda").requires_grad_()
         arg_sets.append((x, torch.randint(0, classes, (rows,), generator=gen, device="cuda")))
-    providers = {"eager": fwd_bwd(F.cross_entropy), "compile": fwd_bwd(compiled),
-                 OURS: fwd_bwd(ops.cross_entropy),
-                 f"eager x{SCALE:g}": fwd_bwd(F.cross_entropy, SCALE),
-                 f"{OURS} x{SCALE:g}": fwd_bwd(ops.cross_entropy, SCALE),
-                 f"{OURS} {TURNS}": fwd_bwd(ops.cross_entropy, SCALE, SCALE / 2)}
+    step = bench.training_step
+    providers = {"eager": step(F.cross_entropy), "compile": step(compiled),
+                 OURS: step(ops.cross_entropy),
+                 f"eager x{SCALE:g}": step(F.cross_entropy, scales=(SCALE,)),
+                 f"{OURS} x{SCALE:g}": step(ops.cross_entropy, scales=(SCALE,)),
+                 f"{OURS} {TURNS}": step(ops.cross_entropy, scales=(SCALE, SCALE / 2))}
     nbytes = 2 * rows * classes * 4 + rows * 8
     fb = time_providers(providers, arg_sets, "cross_entropy_fwd_bwd", CE_SHAPE, nbytes, reps=50)
     # Where the time goes: GPU time with the host queued ahead, the host's own time per step

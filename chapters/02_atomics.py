@@ -334,7 +334,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 # ahead in the middle of the range, and the two are level at the smallest sizes and at the
 # largest ones, where the atomics no longer matter. There both stay a few percent below
 # `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead of every version
-# at almost every size (version 4 draws level with it only in the upper part of the range).
+# at almost every size (version 4 draws level with it only at $2^{14}$ elements and in the
+# upper part of the range).
 # What remains between the best version and
 # the bandwidth line is, we claim, how the loads are made (4 bytes at a time, one per input per
 # thread) and, at small sizes, the three launches per call. The first part of that claim can

@@ -40,7 +40,6 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 
 # %%
 import copy
-import itertools
 import math
 import subprocess
 import time
@@ -455,17 +454,6 @@ except IndexError as error:
 ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size and loss
 
 
-def step(loss_fn, *scales):
-    """One training step's loss work; the loss is multiplied by each of ``scales`` in turn."""
-    turns = itertools.cycle(scales or (None,))
-
-    def run(pred, target):
-        pred.grad = None
-        loss, scale = loss_fn(pred, target), next(turns)
-        (loss if scale is None else loss * scale).backward()
-    return run
-
-
 def fwd_bwd_bytes(name, shape):
     n = math.prod(shape)
     return 4 * (2 * n + (shape[-1] if kernels.get_loss(name).broadcast_target else n))
@@ -478,9 +466,11 @@ for name in ("mse", "smooth_l1", "hinge"):
         kernels.get_loss(name).reference_reduced(p, t))
     compiled_ref = torch.compile(reference, dynamic=False)
     ours = getattr(ops, name)
-    providers = {"eager": step(reference), "torch.compile": step(compiled_ref),
-                 "ours": step(ours), "ours, x1024": step(ours, 1024.0),
-                 "ours, x1024 or x512": step(ours, 1024.0, 512.0)}
+    providers = {"eager": bench.training_step(reference),
+                 "torch.compile": bench.training_step(compiled_ref),
+                 "ours": bench.training_step(ours),
+                 "ours, x1024": bench.training_step(ours, scales=(1024.0,)),
+                 "ours, x1024 or x512": bench.training_step(ours, scales=(1024.0, 512.0))}
     for n in (1 << 16, 1 << 20, 1 << 24, 1 << 28):
         shape = bench.element_wise_shape(n, name)
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -536,19 +526,16 @@ for name in ("mse", "smooth_l1", "hinge"):
 # At $2^{28}$ elements our step moves its bytes (12 per element for MSE and Smooth L1, 8 for
 # Hinge) at over 90% of the read bandwidth, and `torch.compile`'s step takes clearly longer (the
 # ratios printed above): its backward is a second pass over memory, after the forward's.
-# Multiplying the loss by 1024 at every step costs next to nothing for MSE and Smooth L1 (the
+# Multiplying the loss by 1024 at every step costs next to nothing for all three losses (the
 # "x1024" ratio): from the second step on the guess is right, and the backward returns at once.
-# Hinge's "x1024" step came out slower than its plain one in this run: by far less than a
-# scaling pass (the next column), and by more than its few extra launches explain.
-# `bench/operator_targets.py`, timed in the same session at the same size, measured Hinge's
-# ratio within a few percent of 1 (`bench/PERFLOG.md`): which run to trust is for the next one
-# to settle, timing the two in turns. A scale that changes at every step misses every guess
-# and pays the in-place scaling pass: for MSE and Smooth L1
-# the step then moves 20 bytes instead of 12 (20/12 = 1.67); for Hinge, 16 instead of 8, twice
-# as many, because Hinge's forward reads only 4 bytes per element and the scaling pass costs
-# as much as the whole forward. No training loop changes its scale at every step: that column
-# is what a wrong guess costs. At small sizes every provider is a few launches long and the
-# host's autograd work decides.
+# (`bench/guess_cost.py` times each loss's plain and "x1024" steps in turns, so that a drift of
+# the GPU's clock falls on both, and lists the kernels of one step of each.) A scale that
+# changes at every step misses every guess and pays the in-place scaling pass: for MSE and
+# Smooth L1 the step then moves 20 bytes instead of 12 (20/12 = 1.67); for Hinge, 16 instead
+# of 8, twice as many, because Hinge's forward reads only 4 bytes per element and the scaling
+# pass costs as much as the whole forward. No training loop changes its scale at every step:
+# that column is what a wrong guess costs. At small sizes every provider is a few launches long
+# and the host's autograd work decides.
 #
 # Nsight Compute counts those bytes. One MSE training step at $2^{26}$ float32 elements, every
 # kernel launched between `torch.cuda.profiler.start()` and `stop()` (the backward's too, which
@@ -871,10 +858,11 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 #
 # The backward of `kernels/operators.py` multiplies the saved gradient by `grad_output` in
 # place in eager mode, and out of place when traced by `torch.compile`. Predict what breaks if
-# it always wrote in place, then try it: remove the `type(grad) is not torch.Tensor` branch in
-# `_fused_loss_autograd`, restart the notebook, and run `torch.library.opcheck` on
-# `ops.element_wise.ops["mse"].default` with a prediction that requires grad. Which of its tests
-# fails, and why can a compiled graph not write into a tensor it saved for the backward?
+# it always wrote in place, then try it: remove the `type(grad) is not torch.Tensor` branch of
+# `scale` in `kernels/ops/grad_guess.py` (the backward calls it), restart the notebook, and run
+# `torch.library.opcheck` on `ops.element_wise.ops["mse"].default` with a prediction that
+# requires grad. Which of its tests fails, and why can a compiled graph not write into a
+# tensor it saved for the backward?
 # ```
 #
 # ```{exercise}

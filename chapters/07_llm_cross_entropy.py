@@ -360,10 +360,9 @@ for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
 # Version 4 is the fastest of the cross-entropies measured here for forward+backward (Liger-Kernel
 # has a column only where it is installed). Whether it makes each target is printed above: the
 # forward+backward steps end within a few percent of the 1.15x line in both dtypes, close
-# enough that one run can fall on either side of it: in this run bf16 lands just inside and
-# fp32 just outside (its MISS line). Of the forward rows, the bfloat16 forward at 32768 x 16384
-# is the one that misses its target: a target the course has not met yet. The profiler says
-# where the time goes.
+# enough that one run can fall on either side of it (in this run both land inside). Of the
+# forward rows, the bfloat16 forward at 32768 x 16384 is the one that misses its target: a
+# target the course has not met yet. The profiler says where the time goes.
 #
 # ## What Nsight Compute shows
 #
@@ -408,9 +407,11 @@ else:
 # the middle one its SM's share of memory traffic stops, and more, smaller blocks per SM
 # leave fewer such gaps. The fix that predicts itself, a *persistent* cluster that loops over
 # rows and copies row i+1's slice while it computes row i, was measured too
-# (`bench/PERFLOG.md`) and was **slower**: two slices per block leave 3 blocks per SM. A
-# prediction that a measurement contradicts is the most useful kind. Exercise 7.3 asks what
-# bf16's twice as many values per byte cost in instructions.
+# (`bench/PERFLOG.md`) and was **slower**: two slices per block leave 3 blocks per SM. So was
+# its cousin for the forward alone at 32768 x 16384, where a row is one block's slice: a
+# resident grid whose blocks each hold three rows in shared memory, copying the next two while
+# they compute one. A prediction that a measurement contradicts is the most useful kind.
+# Exercise 7.3 asks what bf16's twice as many values per byte cost in instructions.
 #
 # ## A fused linear + cross-entropy
 #
@@ -422,13 +423,12 @@ else:
 #
 # 1. `logits = hidden[chunk] @ W.T` with cuBLAS, into one scratch buffer reused by every chunk;
 # 2. version 4 reads those logits once and writes `dlogits` **over them**
-#    (`cross_entropy_into_logits`: every block reads its slice before it writes there);
-# 3. `grad_W += dlogits.T @ hidden[chunk]` and `grad_hidden[chunk] = dlogits @ W`. For the
-#    mean, both are scaled by 1 / (tokens counted), with the count kept on the GPU:
-#    `grad_hidden` chunk by chunk, and `grad_W` through the chunk of hidden states its product
-#    reads, multiplied by that factor first and written where the chunk's `grad_hidden` goes
-#    next, so that it takes no memory (in float16, where that product could fall below the
-#    smallest normal number, `grad_W` is scaled once at the end instead).
+#    (`cross_entropy_into_logits`: every block reads its slice before it writes there). For the
+#    mean, it multiplies `dlogits` by 1 / (tokens counted), a factor computed and read on the
+#    GPU (`grad_factor`), so the products below need no scaling after them (in float16, where
+#    `dlogits` / count could fall below the smallest number, the gradients are scaled after
+#    their products instead);
+# 3. `grad_W += dlogits.T @ hidden[chunk]` and `grad_hidden[chunk] = dlogits @ W`.
 #
 # The gradients are ready when the forward returns; `backward()` multiplies them by its
 # `grad_output` in place, on the GPU, and does nothing when it is 1. The memory it adds is one
@@ -561,12 +561,14 @@ for tokens, _, _ in HEAD_SHAPES:
 # rows, and version 4 takes about half the time of compile's two softmax kernels. What costs
 # more is the weight's gradient (V x H, 1 GiB in bf16 here): `addmm` reads and writes it once
 # per chunk. The loop once read and wrote it one more time, at the end, to multiply all of it
-# by 1 / (tokens counted); folding that factor into the chunk of hidden states (step 3 above:
-# 8192 x 4096 values scaled instead of 128256 x 4096) took that whole pass off the step (the
-# script's `--variants` times the loop both ways). What remains over `torch.compile` is mostly
-# the per-chunk read and write of the weight's gradient, which larger chunks cut at a cost in
-# memory. The trade-off of the chunk size, measured (the time of a step against the memory it
-# adds):
+# by 1 / (tokens counted) for the mean (the script's `--variants` times that loop against the
+# op). Now version 4 multiplies the gradient it writes over the logits by that factor, read on
+# the GPU through the pointer that carries chapter 5's guess of `grad_output`, so neither
+# product needs a pass after it. What remains over `torch.compile` is the weight's gradient:
+# its product runs over one chunk's rows instead of all of them, and its output, as large as
+# the weight, is read and written once per chunk instead of written once. Larger chunks cut
+# that at a cost in memory. The trade-off of the chunk size, measured (the time of a step against the
+# memory it adds):
 
 # %% tags=["gpu"]
 sweep = []

@@ -195,12 +195,13 @@ show_source("kernelbench/checks.py", "def check_timed_stream", "    return None"
 # inputs' version counters are bumped, as an in-place write would, so that a result cached on
 # the tensors and their version is recomputed rather than replayed.
 #
-# Every cheat but the stream one runs on the CPU, at a small size: KernelBench's verdict, then
-# ours with the checks that failed. The lists of failed checks can differ from one run to the
-# next: what an uninitialised output holds, and whether the allocator hands a cached-by-address
-# cheat the same addresses again, depend on the memory the process was given, and the random
-# half of the rows and the secret trials are drawn afresh each time (so `pytest --nbval` does
-# not compare this cell's output; the test suite asserts each verdict).
+# Every cheat but the stream and replay ones (both below) runs on the CPU, at a small size:
+# KernelBench's verdict, then ours with the checks that failed. The lists of failed checks can
+# differ from one run to the next: what an uninitialised output holds, and whether the
+# allocator hands a cached-by-address cheat the same addresses again, depend on the memory the
+# process was given, and the random half of the rows and the secret trials are drawn afresh
+# each time (so `pytest --nbval` does not compare this cell's output; the test suite asserts
+# each verdict).
 
 # %% tags=["nbval-ignore-output"]
 for pid, problem in SMALL.items():
@@ -442,8 +443,8 @@ for r in course:
 # be large when eager is wasteful, which is why KernelBench also reports the speed-up over
 # `torch.compile`.
 #
-# Against `torch.compile` the two timings can tell different stories (in this run they agree on
-# every problem), and the second line of each problem says which (level means within 3%).
+# Against `torch.compile` the two timings can tell different stories (in this run they do for
+# Hinge), and the second line of each problem says which (level means within 3%).
 # Cross-entropy is ahead in both: `torch.compile`'s kernel for rows of 4096 logits takes longer
 # than ours, which keeps a row in registers and reads it once. Under KernelBench's rule every
 # call starts on an idle GPU, so the host's work to launch a program counts wherever it
@@ -456,10 +457,11 @@ for r in course:
 # are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
 # KernelBench's rule the difference between the table's two columns counts as well: the host's
 # time to launch a program beyond the L2 flush queued ahead of it. In this run it is between a
-# few hundredths and about a tenth of a millisecond for every element-wise program, the
+# few hundredths and over a tenth of a millisecond for every element-wise program, the
 # course's and the compiled ones alike, and it moves from run to run by about as much as the
 # programs differ, so the rule's standings of these three problems (the lines above) change
-# between runs: in earlier runs (`bench/PERFLOG.md`) Hinge was the one behind and MSE level.
+# between runs: in this run Hinge is the one behind; in earlier runs (`bench/PERFLOG.md`) MSE
+# was ahead in one and behind in another.
 # Timed on the host with the GPU kept busy, one call of a course operator takes about as long
 # as the flush itself, most of it in the op's own call: dispatch, allocations, two launches
 # (`bench/PERFLOG.md` has the profile). Where the margin is a few percent, either way, the

@@ -1,7 +1,10 @@
 // Chapter 7's extra cross-entropy op, compiled after cross_entropy.cpp (whose checks it uses) for a
 // kernel file that defines cross_entropy_into_logits_launch (kernels/codegen.py, OP_VARIANTS):
-//     cross_entropy_into_logits(logits, target, ignore_index, reduction, label_smoothing) -> loss
-// It writes the gradient for grad_output == 1 over the logits (mean or sum).
+//     cross_entropy_into_logits(logits, target, ignore_index, reduction, label_smoothing,
+//                               grad_factor=None) -> loss
+// It writes the gradient over the logits (mean or sum), times *grad_factor when given: one float32
+// on the GPU (the fused head's 1 / count of all its chunks' targets), read by the kernel as the
+// loss-scaling guess is (guess_factor: outside [2^-32, 2^32] it counts as 1).
 
 // The fused gradient written over the logits (chapter 7's fused linear + cross-entropy: its logits
 // are a scratch chunk, so the gradient needs no memory of its own). The kernel file's launcher
@@ -9,8 +12,10 @@
 template <CrossEntropyLauncher launch>
 at::Tensor cross_entropy_into_logits_op(at::Tensor& logits, const at::Tensor& target,
                                         int64_t ignore_index, int64_t reduction,
-                                        double label_smoothing) {
+                                        double label_smoothing,
+                                        const std::optional<at::Tensor>& grad_factor) {
     check_logits_target(logits, target);
+    const float* factor = guess_pointer(grad_factor, logits);
     TORCH_CHECK(logits.is_contiguous() && reinterpret_cast<uintptr_t>(logits.data_ptr()) % 16 == 0,
                 "logits must be contiguous and 16-byte aligned: the gradient is written over them");
     TORCH_CHECK(reduction == REDUCTION_MEAN || reduction == REDUCTION_SUM,
@@ -37,6 +42,7 @@ at::Tensor cross_entropy_into_logits_op(at::Tensor& logits, const at::Tensor& ta
     args.label_smoothing = label_smoothing;
     args.out = loss.data_ptr();
     args.grad = logits.data_ptr();
+    args.grad_guess = factor;
     args.bad_target = bad.data_ptr<int>();
     args.workspace = workspace.data_ptr();
     raise_on(launch(&args, c10::cuda::getCurrentCUDAStream()));
@@ -45,4 +51,4 @@ at::Tensor cross_entropy_into_logits_op(at::Tensor& logits, const at::Tensor& ta
 
 #define CROSS_ENTROPY_INTO_LOGITS_SCHEMA                                                       \
     "(Tensor(a!) logits, Tensor target, int ignore_index, int reduction, "                    \
-    "float label_smoothing) -> Tensor"
+    "float label_smoothing, Tensor? grad_factor=None) -> Tensor"

@@ -5,7 +5,7 @@
 // - The row is kept in registers when it fits (up to 4096 classes, 32 values per thread): the
 //   max and the sum of exponentials then cost no second read, and the gradient softmax - one_hot
 //   is written from the same registers while the forward runs (Liger-style: the forward writes
-//   the gradient for grad_output == 1, the backward only rescales it).
+//   the gradient times a guess of grad_output, the backward only rescales it).
 // - As few threads per row as hold it, 32 values each, every load of a thread issued before any
 //   math: a thread per row up to 32 classes, 2, 4, 8 or 16 threads (several rows per warp) up
 //   to 512, a warp up to 1024, a block of 128 up to 4096; rows of up to 16 classes of any
@@ -157,8 +157,8 @@ __device__ __forceinline__ void row_sum3(A& a, A& b, A& c, bool with_b, A* smem)
 }
 
 // ---------------------------------------------------------------------------------------------
-// The workspace: the mean's divisor for the fused gradient (count_targets) first, the rows'
-// losses after 64 KiB.
+// The workspace: the mean's gradient factor (gradient_factor) first, the rows' losses after
+// 64 KiB.
 template <class A> __device__ __forceinline__ A* row_losses(const CrossEntropyArgs& a) {
     return reinterpret_cast<A*>(static_cast<char*>(a.workspace) + 64 * 1024);
 }
@@ -207,17 +207,15 @@ __device__ __forceinline__ void write_row(const CrossEntropyArgs& a, int64_t row
     }
 }
 
-// The factor of this row's gradient: 1/count for the mean (count written by count_targets
-// before this kernel), 1 for the sum, times the guess of grad_output; 0 for an ignored row, NaN
-// for a bad target.
+// The factor of this row's gradient: the guess of grad_output, divided by the count for the
+// mean (gradient_factor wrote that quotient before this kernel); 0 for an ignored row, NaN for
+// a bad target.
 template <class A>
 __device__ __forceinline__ A grad_scale(const CrossEntropyArgs& a, const RowTarget& r) {
     if (r.ignored) return A(0);
     if (r.bad) return nan_value<A>();
-    const A guess = static_cast<A>(guess_factor(a.grad_guess));
-    if (a.reduction == REDUCTION_MEAN)
-        return guess / static_cast<A>(*static_cast<const int64_t*>(a.workspace));
-    return guess;
+    if (a.reduction == REDUCTION_MEAN) return *static_cast<const A*>(a.workspace);
+    return static_cast<A>(guess_factor(a.grad_guess));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,9 +419,12 @@ __global__ void __launch_bounds__(kStreamThreads) row_streaming(CrossEntropyArgs
 }
 
 // ---------------------------------------------------------------------------------------------
-// The mean's divisor before the row kernel writes the gradient: one block counts the targets
-// that are not ignore_index (mean + gradient only).
-__global__ void __launch_bounds__(kCountThreads) count_targets(CrossEntropyArgs a) {
+// The mean's gradient factor before the row kernel writes the gradient: one block counts the
+// targets that are not ignore_index and writes guess / count (mean + gradient only). Each row
+// then reads one value, as it read the count before the guess existed: reading the guess beside
+// the count and dividing made version 4's fp32 forward+backward 2.5% slower (bench/PERFLOG.md).
+template <class A>
+__global__ void __launch_bounds__(kCountThreads) gradient_factor(CrossEntropyArgs a) {
     __shared__ long long counts[kCountThreads / 32];
     long long count = 0;
     for (int64_t i = threadIdx.x; i < a.rows; i += kCountThreads) count += a.target[i] != a.ignore_index;
@@ -432,7 +433,8 @@ __global__ void __launch_bounds__(kCountThreads) count_targets(CrossEntropyArgs 
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < kCountThreads / 32; ++w) count += counts[w];  // (lane 0 holds w = 0)
-        *static_cast<int64_t*>(a.workspace) = count;
+        *static_cast<A*>(a.workspace) =
+            static_cast<A>(guess_factor(a.grad_guess)) / static_cast<A>(count);
     }
 }
 
@@ -655,7 +657,7 @@ static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
     cudaError_t err = cudaMemsetAsync(a->bad_target, 0, sizeof(int), stream);
     if (err != cudaSuccess) return err;
     if (a->grad && a->reduction == REDUCTION_MEAN)
-        count_targets<<<1, kCountThreads, 0, stream>>>(*a);
+        gradient_factor<A><<<1, kCountThreads, 0, stream>>>(*a);
     launch_rows<T>(a, stream);
     if (a->reduction != REDUCTION_NONE) {
         if (a->rows > kFinishChunk) {

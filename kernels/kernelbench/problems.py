@@ -224,10 +224,10 @@ def _hinge_coverage(sizes, generator, device, dtype, spikes, hidden):
 
 
 def _cross_entropy_coverage(sizes, generator, device, dtype, spikes, hidden):
-    """Every row's target logit 60, the others in [0, 1), so that each row's loss is below 1e-22
-    (or, when ``hidden``, KernelBench's own draws, losses of about ln(classes)); in ``spikes``
-    secret rows (at most half of them), one other logit at a secret column is 90 + u (1000 + u
-    when hidden): those rows' losses carry the mean."""
+    """Every row's target logit 60, the others in [0, 1): each row's loss below 1e-22 (or, when
+    ``hidden``, KernelBench's own draws, about ln(classes)); in ``spikes`` secret rows (at most
+    half), one other logit at a secret column is 90 (1000 when hidden) times a weight in [1, 1.5):
+    those unequal losses carry the mean (with 90 + u, half of them matched it to 1e-4)."""
     logits, target = _cross_entropy_inputs(sizes, generator, device)
     rows, classes = logits.shape
     if not hidden:
@@ -235,8 +235,8 @@ def _cross_entropy_coverage(sizes, generator, device, dtype, spikes, hidden):
     spike_rows = torch.randperm(rows, generator=generator, device=device)[:min(spikes, rows // 2 or 1)]
     shift = torch.randint(1, max(classes, 2), (len(spike_rows),), generator=generator, device=device)
     columns = (target[spike_rows] + shift) % classes  # never the target's column (classes > 1)
-    spike = 1000.0 if hidden else 90.0
-    logits[spike_rows, columns] = spike + torch.rand(len(spike_rows), generator=generator, device=device)
+    weight = 1 + 0.5 * torch.rand(len(spike_rows), generator=generator, device=device)
+    logits[spike_rows, columns] = (1000.0 if hidden else 90.0) * weight
     return [logits.to(dtype), target]
 
 

@@ -136,12 +136,19 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def training_step(loss_fn, grad_output=None):
+def training_step(loss_fn, grad_output=None, scales=()):
     """``step(x, t)``: the loss's share of a training step, forward then ``backward(grad_output)``,
-    with ``x.grad`` cleared first so that no step accumulates into the last one's gradient."""
+    with ``x.grad`` cleared first so that no step accumulates into the last one's gradient. With
+    ``scales``, each step's loss is multiplied by the next of them in turn before its backward,
+    as a loss-scaled training loop does (``scales=(1024.0,)``: always 1024)."""
+    import itertools
+
+    turns = itertools.cycle(scales or (None,))
+
     def step(x, t):
         x.grad = None
-        loss_fn(x, t).backward(grad_output)
+        loss, scale = loss_fn(x, t), next(turns)
+        (loss if scale is None else loss * scale).backward(grad_output)
     return step
 
 

@@ -8,7 +8,7 @@ cross-entropy keep, per op and device, one float32 on the GPU: the ``grad_output
 last backward (1 at first). The forward multiplies its gradient by it; the backward's scale op
 multiplies by ``grad_output / guess`` (exactly 1, and nothing to do, when the guess was right)
 and returns ``grad_output`` as a new tensor, the next guess. Nothing waits on the host, and the
-gradient is right whatever the guess was (``guess_factor`` in kernels/common/numerics.cuh says
+gradient is right whatever the guess was (``guess_factor`` in kernels/common/cuda_utils.cuh says
 which guesses count as 1).
 
 A stored guess is never written again: a forward keeps the tensor it used, and each backward
@@ -54,3 +54,18 @@ def factor(guess: torch.Tensor) -> torch.Tensor:
     computes it: for a backward traced by torch.compile, which multiplies out of place."""
     size = guess.abs()
     return torch.where((size >= 2.0**-32) & (size <= 2.0**32), guess, torch.ones_like(guess))
+
+
+def scale(grad: torch.Tensor, grad_output: torch.Tensor, guess: torch.Tensor | None, scale_op,
+          op: str, device: torch.device) -> torch.Tensor:
+    """A forward's gradient (times ``guess``, or 1 without one) made the gradient for
+    ``grad_output``: in place by the op's ``scale_op(grad, grad_output, guess)`` on the GPU, which
+    returns ``grad_output``, kept as the op's next guess. Traced by torch.compile, the gradient is
+    a functional tensor that may not be written to: it is multiplied out of place, by the factor
+    the guess stands for, and there is no next guess."""
+    if type(grad) is not torch.Tensor:
+        return grad * (grad_output if guess is None else grad_output / factor(guess))
+    next_guess = scale_op(grad, grad_output, guess)
+    if guess is not None:
+        keep(op, device, next_guess)
+    return grad

@@ -16,8 +16,8 @@ many as fit in ``CHUNK_BYTES``), and for each chunk, in the forward:
 2. chapter 7's cross-entropy kernel reads the logits once and writes the gradient of the chunk's
    loss (reduction "sum") over them, in place (``cross_entropy_into_logits``);
 3. ``grad_hidden[chunk] = dlogits @ weight`` and ``grad_weight += dlogits.T @ hidden_chunk``
-   (``grad_weight`` is scaled by 1 / (number of counted tokens) for the mean once, at the end;
-   ``grad_hidden`` chunk by chunk; the count stays on the GPU).
+   (for the mean, the kernel of step 2 has multiplied dlogits by 1 / (number of counted tokens),
+   a count that stays on the GPU).
 
 The gradients are thus ready when the forward ends; ``backward()`` multiplies them by its
 ``grad_output`` in place (nothing to do when it is 1, the usual case, decided on the GPU) and can
@@ -71,11 +71,13 @@ def _linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: to
     grad_hidden = torch.empty_like(hidden) if with_grad else hidden.new_empty(0)
     grad_weight = torch.empty_like(weight) if with_grad else weight.new_empty(0)
     scratch = hidden.new_empty((min(chunk, rows), weight.shape[0]))
-    # 1 / count goes into the chunk of hidden states that grad_weight's product reads, not over
-    # the whole V x H grad_weight at the end (a pass of 2.3 ms at V=128256, H=4096 on an H100;
-    # bench/PERFLOG.md). The scaled chunk is written where this chunk's grad_hidden goes next,
-    # so it takes no memory. Not in float16, whose h / count can fall below its smallest normal.
-    fold = hidden.dtype != torch.float16
+    # The cross-entropy kernel multiplies the gradient it writes by 1 / count (read on the GPU),
+    # so the products below need no scaling, and grad_weight no pass of its own at the end (2.3
+    # ms at V=128256, H=4096 on an H100; bench/PERFLOG.md). Not in float16, where softmax / count
+    # can fall below its smallest value: that gradient is scaled after the products, by 0 for
+    # the mean of no tokens (1 / 0 = inf would make 0 * inf = NaN; PyTorch's gradients are 0).
+    factor = scale if hidden.dtype != torch.float16 else None
+    after = scale.nan_to_num(posinf=0.0) if factor is None else None
     for start in range(0, rows, chunk):
         end = min(start + chunk, rows)
         h, t, logits = hidden[start:end], target[start:end], scratch[:end - start]
@@ -85,17 +87,16 @@ def _linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: to
                                           label_smoothing, SAVE_NOTHING)[0].float()
             continue
         total += ops["cross_entropy_into_logits"](logits, t, ignore_index, REDUCTIONS["sum"],
-                                                  label_smoothing).float()
-        if fold:  # read by the product below before grad_hidden overwrites it
-            h = torch.mul(h, scale, out=grad_hidden[start:end])
+                                                  label_smoothing, factor).float()
         if start == 0:  # logits now hold dloss/dlogits
             torch.mm(logits.t(), h, out=grad_weight)
         else:
             grad_weight.addmm_(logits.t(), h)
         torch.mm(logits, weight, out=grad_hidden[start:end])
-        grad_hidden[start:end].mul_(scale)
-    if with_grad and not fold:
-        grad_weight.mul_(scale)
+        if factor is None:
+            grad_hidden[start:end].mul_(after)
+    if with_grad and factor is None:
+        grad_weight.mul_(after)
     return (total * scale).to(hidden.dtype), grad_hidden, grad_weight
 
 

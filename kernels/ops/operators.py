@@ -126,15 +126,10 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str, qualname: str):
                                "compute the loss again for a second one (retain_graph=True "
                                "cannot reuse it)")
         ctx.backward_done = True
-        if type(grad) is not torch.Tensor:  # traced by torch.compile: no in-place writes
-            grad = grad * (grad_loss if ctx.guess is None
-                           else grad_loss / grad_guess.factor(ctx.guess))
-        elif ctx.reduction == REDUCTIONS["none"]:
-            grad.mul_(grad_loss)
-        elif ctx.guess is None:
-            scale_grad(grad, grad_loss)
+        if ctx.reduction == REDUCTIONS["none"] and type(grad) is torch.Tensor:
+            grad.mul_(grad_loss)  # one grad_output per element: no guess
         else:
-            grad_guess.keep(qualname, ctx.device, scale_grad(grad, grad_loss, ctx.guess))
+            grad = grad_guess.scale(grad, grad_loss, ctx.guess, scale_grad, qualname, ctx.device)
         grad_target = None
         if ctx.needs_input_grad[1]:
             upstream = grad_loss / ctx.n if ctx.reduction == REDUCTIONS["mean"] else grad_loss
@@ -222,14 +217,8 @@ def _cross_entropy_autograd(ops, qualname: str):
             ctx.backward_done = True
             (grad,) = ctx.saved_tensors
             grad_loss = grad_loss.to(grad.dtype).reshape(())
-            if type(grad) is not torch.Tensor:  # traced by torch.compile: no in-place writes
-                if ctx.guess is not None:
-                    grad_loss = grad_loss / grad_guess.factor(ctx.guess)
-                return (grad * grad_loss,) + none
-            next_guess = ops["cross_entropy_scale_grad"](grad, grad_loss, ctx.guess)
-            if ctx.guess is not None:
-                grad_guess.keep(qualname, ctx.device, next_guess)
-            return (grad,) + none
+            return (grad_guess.scale(grad, grad_loss, ctx.guess, ops["cross_entropy_scale_grad"],
+                                     qualname, ctx.device),) + none
         if ctx.save == SAVE_LSE:
             logits, target, lse = ctx.saved_tensors
         else:

@@ -11,5 +11,6 @@ FUSED_LOSSES_FILE = "ch6_operators/fused_losses.cu"
 CROSS_ENTROPY_FILE = "ch5_cross_entropy/v3_fused_rows.cu"
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 # What a cross-entropy forward saves for its backward: nothing, each row's log-sum-exp, or the
-# gradient for grad_output == 1 (kernels/bindings/cross_entropy.cpp).
+# gradient times a guess of grad_output (kernels/ops/grad_guess.py,
+# kernels/bindings/cross_entropy.cpp).
 SAVE_NOTHING, SAVE_LSE, SAVE_GRAD = 0, 1, 2

@@ -92,6 +92,31 @@ def test_without_smoothing_and_without_gradient(classes):
     assert relative_error(loss.float(), torch_grad(logits, target)[0]) <= RTOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("dtype, classes", [(torch.bfloat16, 16384), (torch.bfloat16, 4104),
+                                           (torch.float32, 8192), (torch.float16, 6000)], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_forward_alone_over_many_rows_of_one_slice(dtype, classes, reduction, smoothing):
+    """Rows of one slice without a fused gradient (one block per row, many more rows than fit
+    on the GPU at once): the loss of the forward alone, and the gradient from the saved
+    log-sum-exp."""
+    logits, target = make(3001, classes, dtype)
+    if smoothing == 0:  # masked vocabulary entries (with smoothing, the loss would be inf)
+        logits[2, 100:3000] = -torch.inf
+        target[2] = 7
+    target[4] = classes - 1
+    with torch.no_grad():
+        loss = ce(logits, target, reduction=reduction, label_smoothing=smoothing)
+    grad_output = torch.ones_like(loss) if reduction == "none" else None
+    want_loss, want_grad = torch_grad(logits, target, grad_output, reduction=reduction,
+                                      label_smoothing=smoothing)
+    assert relative_error(loss.float(), want_loss) <= RTOL[dtype]
+    x = logits.clone().requires_grad_()
+    ce(x, target, reduction=reduction, label_smoothing=smoothing,
+       fused_backward=False).backward(grad_output)
+    assert relative_error(x.grad.float(), want_grad) <= RTOL[dtype]
+
+
 def test_minus_infinity_and_nan_logits():
     logits, target = make(6, 128256, torch.float32, ignore_every=0)
     logits[0, 5000:100_000] = -torch.inf  # masked vocabulary entries: exp gives 0
@@ -215,8 +240,7 @@ def test_linear_cross_entropy_matches_float64(dtype, reduction, smoothing, grad_
 
 
 def test_linear_cross_entropy_over_many_chunks_is_deterministic():
-    """16 chunks, the last one short, each reading its scaled hidden states from rows of
-    grad_hidden before overwriting them: float64's answer, and the same bits every run."""
+    """16 chunks, the last one short: float64's answer, and the same bits every run."""
     from kernels.ops.llm_head import linear_cross_entropy
 
     h, w, t = lm_head_inputs(2000, 256, 16392, torch.bfloat16)
@@ -232,6 +256,25 @@ def test_linear_cross_entropy_over_many_chunks_is_deterministic():
     for got, theirs, want in zip(runs[0], (hp.grad, wp.grad), (want_h, want_w)):
         limit = max(RTOL[torch.bfloat16], 2 * relative_error(theirs.float(), want))
         assert relative_error(got.float(), want) <= limit
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_linear_cross_entropy_every_token_ignored_like_pytorch(dtype):
+    """The mean of no tokens: a NaN loss and zero gradients, as F.cross_entropy gives (1 / count
+    is inf there, and must not reach the gradients as inf * 0 = NaN)."""
+    from kernels.ops.llm_head import linear_cross_entropy
+
+    h, w, t = lm_head_inputs(200, 128, 8200, dtype)
+    t[:] = -100
+    hx, wx = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = linear_cross_entropy(hx, wx, t, chunk_rows=128)
+    loss.backward()
+    hp, wp = h.clone().requires_grad_(), w.clone().requires_grad_()
+    want = F.cross_entropy(hp @ wp.t(), t)
+    want.backward()
+    assert torch.isnan(loss) and torch.isnan(want)
+    for got, theirs in ((hx.grad, hp.grad), (wx.grad, wp.grad)):
+        assert torch.equal(got, theirs) and not got.any()
 
 
 def test_linear_cross_entropy_without_gradients_and_3d_hidden():
