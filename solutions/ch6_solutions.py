@@ -178,7 +178,7 @@ except Exception as error:
 # A cheaper Hinge backward: all it needs to know about an element is whether the hinge was
 # active, $1 - p y \ge 0$, one bit; $y$ comes from the shared row and $1/n$ and `grad_output` are
 # scalars. The forward writes a bit mask ($n/8$ bytes) instead of the gradient, and the backward
-# reads the mask and writes $-y \cdot \text{mask} \cdot \text{grad\_output} / n$. Bytes per
+# reads the mask and writes $-y \cdot \text{mask} \cdot \text{grad_output} / n$. Bytes per
 # element: $4 + \frac18$ for the forward, $\frac18 + 4$ for the backward, $8.25$ whatever
 # `grad_output` is: a step whose scale changes costs about the same as the plain one (ratio
 # about 1.0, against 2.0), for $\frac14$ byte more than a right guess, and with no guess at
