@@ -23,7 +23,7 @@ import torch
 from kernels import bench, results
 from kernels.build.loader import load
 from kernels.losses import ELEMENT_WISE, get_loss
-from kernels.ops import grad_guess, operators
+from kernels.ops import operators
 from kernels.ops.cross_entropy import cross_entropy
 from kernels.ops.llm_head import LLM_CE_FILE
 
@@ -41,18 +41,6 @@ def in_turns(fns: dict, arg_sets) -> dict:
         for name, fn in fns.items():
             times[name].append(bench.time_ms(fn, arg_sets, reps=30))
     return times
-
-
-def kernels_of_one_step(fn, args) -> str:
-    """The CUDA kernels one call of ``fn`` runs, with their GPU time (µs), as one line."""
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    return "; ".join(f"{e.key[:60]} {e.device_time_total:.1f}" for e in prof.key_averages()
-                     if e.device_time_total > 0)
 
 
 def ratio_line(times: dict, over: str, under: str, goal: float, label: str) -> bool:
@@ -78,7 +66,7 @@ def element_wise(ops) -> list[bool]:
                                    f"{name} fwd+bwd {results.shape_text(shape)} fp32, "
                                    "x1024 / x1"))
         for label, fn in fns.items():
-            print(f"      {label}: {kernels_of_one_step(fn, arg_sets[0])}")
+            print(f"      {label}: {bench.kernels_of_one_step(fn, arg_sets[0])}")
         del arg_sets
         torch.cuda.empty_cache()
     return verdicts
@@ -90,16 +78,8 @@ def cross_entropy_read() -> bool:
     logits = torch.randn(CE_SHAPE, generator=gen, device="cuda").requires_grad_()
     target = torch.randint(0, CE_SHAPE[1], (CE_SHAPE[0],), generator=gen, device="cuda")
     with_guess = bench.training_step(lambda x, t: cross_entropy(x, t, kernel=v4))
-    wanted = grad_guess.wanted
-
-    def without_guess(x, t):
-        grad_guess.wanted = lambda *args: False
-        try:
-            with_guess(x, t)
-        finally:
-            grad_guess.wanted = wanted
-
-    times = in_turns({"guess": with_guess, "no guess": without_guess}, [(logits, target)])
+    times = in_turns({"guess": with_guess, "no guess": bench.without_guess(with_guess)},
+                     [(logits, target)])
     return ratio_line(times, "guess", "no guess", READ_RATIO,
                       f"v4 fwd+bwd {CE_SHAPE[0]} x {CE_SHAPE[1]} fp32, guess / no guess")
 

@@ -753,6 +753,32 @@ def test_training_step_clears_the_gradient_and_passes_grad_output():
     assert torch.allclose(x.grad, expected)
 
 
+def test_training_step_turns_through_its_scales():
+    x = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 7, (5,))
+    plain = torch.autograd.grad(torch.nn.functional.cross_entropy(x, t), x)[0]
+    step = bench.training_step(torch.nn.functional.cross_entropy, scales=(1024.0, 512.0))
+    for scale in (1024.0, 512.0, 1024.0):
+        step(x, t)
+        assert torch.allclose(x.grad, scale * plain)
+
+
+def test_without_guess_turns_the_guess_off_for_one_call_only(monkeypatch):
+    from kernels.ops import grad_guess
+
+    def always(*_):
+        return True
+
+    monkeypatch.setattr(grad_guess, "wanted", always)  # the real one asks CUDA about capture
+    seen = []
+    run = bench.without_guess(lambda: seen.append(grad_guess.wanted(torch.float32, True, True)))
+    run()
+    assert seen == [False] and grad_guess.wanted is always
+    with pytest.raises(ZeroDivisionError):
+        bench.without_guess(lambda: 1 / 0)()
+    assert grad_guess.wanted is always  # restored after an error too
+
+
 def test_other_fused_heads_are_those_installed(monkeypatch):
     import builtins
 

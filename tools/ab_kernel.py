@@ -46,25 +46,11 @@ def prepare(commit: str, file: str) -> None:
         prepare(commit, os.path.normpath(os.path.join(os.path.dirname(file), included)))
 
 
-def kernels_of_one_step(fn, args) -> str:
-    import torch
-
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    return "; ".join(f"{e.key[:48]} {e.device_time_total:.1f} us" for e in prof.key_averages()
-                     if e.device_time_total > 0)
-
-
 def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, backward: bool,
          turns: int) -> None:
     import torch
 
     from kernels import bench, load
-    from kernels.ops import grad_guess
     from kernels.ops.cross_entropy import cross_entropy
 
     builds = {"this tree": load(file), commit: load(old_copy(commit, file))}
@@ -72,24 +58,13 @@ def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, b
     g = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(shape, generator=g, device="cuda").to(dtype).requires_grad_(backward)
     t = torch.randint(0, shape[1], (shape[0],), generator=g, device="cuda")
-    wanted = grad_guess.wanted
-
-    def without_guess(fn):
-        def run(*args):
-            grad_guess.wanted = lambda *a: False
-            try:
-                fn(*args)
-            finally:
-                grad_guess.wanted = wanted
-        return run
-
     fns = {}
     for name, kernel in builds.items():
         loss = lambda a, b, k=kernel: cross_entropy(a, b, kernel=k)  # noqa: E731
         step = bench.training_step(loss) if backward else torch.no_grad()(loss)
         fns[name] = step
         if backward:
-            fns[f"{name}, no guess"] = without_guess(step)
+            fns[f"{name}, no guess"] = bench.without_guess(step)
     times = {name: [] for name in fns}
     for _ in range(turns):
         for name, fn in fns.items():
@@ -100,7 +75,7 @@ def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, b
     for name, ms in median.items():
         print(f"  {name:<28} {ms:.4f}   x{ms / median['this tree']:.3f} of this tree")
     for name, fn in fns.items():
-        print(f"  kernels, {name}: {kernels_of_one_step(fn, (x, t))}")
+        print(f"  kernels, {name}: {bench.kernels_of_one_step(fn, (x, t))}")
 
 
 def main() -> int:

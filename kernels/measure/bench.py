@@ -152,6 +152,36 @@ def training_step(loss_fn, grad_output=None, scales=()):
     return step
 
 
+def kernels_of_one_step(fn, args) -> str:
+    """The CUDA kernels one call of ``fn(*args)`` runs, each with its GPU time in µs, as one line
+    (after three warm-up calls: builds, autotuning, allocations)."""
+    import torch
+
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return "; ".join(f"{e.key[:60]} {e.device_time_total:.1f} us" for e in prof.key_averages()
+                     if e.device_time_total > 0)
+
+
+def without_guess(fn):
+    """``fn`` run with the loss-scaling guess turned off (kernels/ops/grad_guess.py): to time what
+    the guess costs against the same step without it."""
+    from ..ops import grad_guess
+
+    def run(*args):
+        wanted = grad_guess.wanted
+        grad_guess.wanted = lambda *_: False
+        try:
+            return fn(*args)
+        finally:
+            grad_guess.wanted = wanted
+    return run
+
+
 def launch_overhead_ms(fn, args, reps: int = 200) -> float:
     """Median wall time of one call including the host's launch cost (what a Python loop sees)."""
     import torch
