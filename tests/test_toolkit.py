@@ -763,20 +763,17 @@ def test_training_step_turns_through_its_scales():
         assert torch.allclose(x.grad, scale * plain)
 
 
-def test_without_guess_turns_the_guess_off_for_one_call_only(monkeypatch):
-    from kernels.ops import grad_guess
+def test_patched_sets_an_attribute_for_each_call_only():
+    import types
 
-    def always(*_):
-        return True
-
-    monkeypatch.setattr(grad_guess, "wanted", always)  # the real one asks CUDA about capture
+    owner = types.SimpleNamespace(wanted=True)
     seen = []
-    run = bench.without_guess(lambda: seen.append(grad_guess.wanted(torch.float32, True, True)))
+    run = bench.patched(lambda: seen.append(owner.wanted), owner, "wanted", False)
     run()
-    assert seen == [False] and grad_guess.wanted is always
+    assert seen == [False] and owner.wanted is True
     with pytest.raises(ZeroDivisionError):
-        bench.without_guess(lambda: 1 / 0)()
-    assert grad_guess.wanted is always  # restored after an error too
+        bench.patched(lambda: 1 / 0, owner, "wanted", False)()
+    assert owner.wanted is True  # put back after an error too
 
 
 def test_other_fused_heads_are_those_installed(monkeypatch):

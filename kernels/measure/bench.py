@@ -167,18 +167,17 @@ def kernels_of_one_step(fn, args) -> str:
                      if e.device_time_total > 0)
 
 
-def without_guess(fn):
-    """``fn`` run with the loss-scaling guess turned off (kernels/ops/grad_guess.py): to time what
-    the guess costs against the same step without it."""
-    from ..ops import grad_guess
-
+def patched(fn, owner, name: str, value):
+    """``fn`` run with ``owner.name`` set to ``value`` for each call, then put back (an error
+    too): to time a step against the same step with one switch off, e.g. the loss-scaling
+    guess, ``patched(step, grad_guess, "wanted", lambda *_: False)``."""
     def run(*args):
-        wanted = grad_guess.wanted
-        grad_guess.wanted = lambda *_: False
+        kept = getattr(owner, name)
+        setattr(owner, name, value)
         try:
             return fn(*args)
         finally:
-            grad_guess.wanted = wanted
+            setattr(owner, name, kept)
     return run
 
 
