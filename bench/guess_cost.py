@@ -4,8 +4,8 @@
 
 1. Each element-wise loss's training step at 2^28 elements, plain and with the loss multiplied
    by 1024 (a right guess from the second step on), timed in turns (``TURNS`` of each,
-   alternating, so that a drift of the GPU's clock falls on both), and the kernels of one step
-   of each from the profiler. (Timed one after the other, chapter 6 once measured Hinge's x1024
+   alternating, so that a drift of the GPU's clock falls on both), and each step's kernels
+   from the profiler. (Timed one after the other, chapter 6 once measured Hinge's x1024
    step at 1.11x; in turns it is 1.006x: bench/PERFLOG.md, session 19.)
 2. Version 4's fp32 forward+backward at 4096 x 131072 with the guess and without it
    (``grad_guess.wanted`` patched to False), both with ``loss.backward()``: the guess's read.
@@ -34,15 +34,6 @@ RIGHT_GUESS_RATIO = 1.02  # x1024 / x1 when the guess is right: a few tiny launc
 READ_RATIO = 1.01  # with / without the guess: one float read per block
 
 
-def in_turns(fns: dict, arg_sets) -> dict:
-    """{name: [ms of each turn]}, the functions timed one after the other, TURNS times."""
-    times = {name: [] for name in fns}
-    for _ in range(TURNS):
-        for name, fn in fns.items():
-            times[name].append(bench.time_ms(fn, arg_sets, reps=30))
-    return times
-
-
 def ratio_line(times: dict, over: str, under: str, goal: float, label: str) -> bool:
     ratio = statistics.median(times[over]) / statistics.median(times[under])
     turns = ", ".join(f"{name} " + " ".join(f"{t:.4f}" for t in ts) for name, ts in times.items())
@@ -62,11 +53,12 @@ def element_wise(ops) -> list[bool]:
         loss = getattr(ops, name)
         fns = {"x1": bench.training_step(loss),
                "x1024": bench.training_step(loss, scales=(1024.0,))}
-        verdicts.append(ratio_line(in_turns(fns, arg_sets), "x1024", "x1", RIGHT_GUESS_RATIO,
+        times = bench.in_turns(fns, arg_sets, TURNS)
+        verdicts.append(ratio_line(times, "x1024", "x1", RIGHT_GUESS_RATIO,
                                    f"{name} fwd+bwd {results.shape_text(shape)} fp32, "
                                    "x1024 / x1"))
         for label, fn in fns.items():
-            print(f"      {label}: {bench.kernels_of_one_step(fn, arg_sets[0])}")
+            bench.kernel_times(f"{name} {label}", fn, arg_sets[0])
         del arg_sets
         torch.cuda.empty_cache()
     return verdicts
@@ -79,7 +71,8 @@ def cross_entropy_read() -> bool:
     target = torch.randint(0, CE_SHAPE[1], (CE_SHAPE[0],), generator=gen, device="cuda")
     with_guess = bench.training_step(lambda x, t: cross_entropy(x, t, kernel=v4))
     without_guess = bench.patched(with_guess, grad_guess, "wanted", lambda *_: False)
-    times = in_turns({"guess": with_guess, "no guess": without_guess}, [(logits, target)])
+    times = bench.in_turns({"guess": with_guess, "no guess": without_guess},
+                           [(logits, target)], TURNS)
     return ratio_line(times, "guess", "no guess", READ_RATIO,
                       f"v4 fwd+bwd {CE_SHAPE[0]} x {CE_SHAPE[1]} fp32, guess / no guess")
 

@@ -763,6 +763,14 @@ def test_training_step_turns_through_its_scales():
         assert torch.allclose(x.grad, scale * plain)
 
 
+def test_in_turns_times_every_function_once_per_turn(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "time_ms", lambda fn, arg_sets, reps: calls.append(fn) or len(calls))
+    times = bench.in_turns({"a": "fa", "b": "fb"}, [()], turns=3)
+    assert calls == ["fa", "fb"] * 3  # alternating, so that a drift falls on both
+    assert times == {"a": [1, 3, 5], "b": [2, 4, 6]}
+
+
 def test_patched_sets_an_attribute_for_each_call_only():
     import types
 

@@ -11,8 +11,9 @@ the GPU machine (run's ``carry``), which has no git history. The headers of kern
 from the working tree for both builds: when they changed between the two, this compares more
 than the file. ``time`` builds both, times a step of each (the forward, or with ``--backward``
 forward + ``loss.backward()``) in ``--turns`` alternating turns, with the guess and without it
-(``grad_guess.wanted`` patched to False), and prints the medians, their ratios, and the CUDA
-kernels of one step of each from the profiler. bench/PERFLOG.md, session 19, has its first use.
+(``grad_guess.wanted`` patched to False), and prints the medians, their ratios, and each
+step's CUDA kernels from the profiler (``bench.kernel_times``). bench/PERFLOG.md, session 19,
+has its first use.
 """
 
 from __future__ import annotations
@@ -67,24 +68,22 @@ def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, b
         if backward:
             fns[f"{name}, no guess"] = bench.patched(step, grad_guess, "wanted",
                                                      lambda *_: False)
-    times = {name: [] for name in fns}
-    for _ in range(turns):
-        for name, fn in fns.items():
-            times[name].append(bench.time_ms(fn, [(x, t)], reps=30))
+    times = bench.in_turns(fns, [(x, t)], turns)
     median = {name: statistics.median(ts) for name, ts in times.items()}
     print(f"{torch.cuda.get_device_name()}: {file} {shape[0]}x{shape[1]} {dtype_name}, "
           f"{'forward + backward' if backward else 'forward'}, median of {turns} turns (ms)")
     for name, ms in median.items():
         print(f"  {name:<28} {ms:.4f}   x{ms / median['this tree']:.3f} of this tree")
     for name, fn in fns.items():
-        print(f"  kernels, {name}: {bench.kernels_of_one_step(fn, (x, t))}")
+        bench.kernel_times(name, fn, (x, t))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("prepare", "time"))
     parser.add_argument("commit")
-    parser.add_argument("file", help="relative to kernels/, e.g. ch5_cross_entropy/v3_fused_rows.cu")
+    parser.add_argument("file",
+                        help="relative to kernels/, e.g. ch5_cross_entropy/v3_fused_rows.cu")
     parser.add_argument("--shape", default="32768x4096")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--backward", action="store_true")

@@ -152,19 +152,16 @@ def training_step(loss_fn, grad_output=None, scales=()):
     return step
 
 
-def kernels_of_one_step(fn, args) -> str:
-    """The CUDA kernels one call of ``fn(*args)`` runs, each with its GPU time in µs, as one line
-    (after three warm-up calls: builds, autotuning, allocations)."""
-    import torch
-
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    return "; ".join(f"{e.key[:60]} {e.device_time_total:.1f} us" for e in prof.key_averages()
-                     if e.device_time_total > 0)
+def in_turns(fns: dict, arg_sets, turns: int = 5, reps: int = 30) -> dict:
+    """``{name: [ms of each turn]}``: every function of ``fns`` timed by :func:`time_ms`, one
+    after the other, ``turns`` times, so that a drift of the GPU's clock during the run falls on
+    all of them alike (timed once each, one after the other, chapter 6 once measured a step at
+    1.11x another of the same cost: bench/PERFLOG.md, session 19)."""
+    times = {name: [] for name in fns}
+    for _ in range(turns):
+        for name, fn in fns.items():
+            times[name].append(time_ms(fn, arg_sets, reps=reps))
+    return times
 
 
 def patched(fn, owner, name: str, value):
