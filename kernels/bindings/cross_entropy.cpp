@@ -173,13 +173,10 @@ at::Tensor cross_entropy_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_
                                        const std::optional<at::Tensor>& grad_guess) {
     TORCH_CHECK(grad.is_cuda() && grad.is_contiguous() && grad.dim() == 2,
                 "grad must be the forward's contiguous 2-D fused gradient (save=2)");
-    TORCH_CHECK(grad_output.numel() == 1 && grad_output.device() == grad.device() &&
-                grad_output.scalar_type() == grad.scalar_type(),
-                "grad_output must be one value of the gradient's dtype and device");
     const float* guess = guess_pointer(grad_guess, grad);
-    if (grad.numel() == 0) return grad_output.reshape({}).to(at::kFloat).clone();
+    at::Tensor next_guess = next_guess_for(grad, grad_output);
+    if (grad.numel() == 0) return next_guess;
     const c10::cuda::CUDAGuard guard(grad.device());
-    at::Tensor next_guess = at::empty({}, grad.options().dtype(at::kFloat));
     CrossEntropyArgs args{};
     args.rows = grad.size(0);
     args.classes = grad.size(1);

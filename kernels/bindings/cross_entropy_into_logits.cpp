@@ -15,7 +15,7 @@ at::Tensor cross_entropy_into_logits_op(at::Tensor& logits, const at::Tensor& ta
                                         double label_smoothing,
                                         const std::optional<at::Tensor>& grad_factor) {
     check_logits_target(logits, target);
-    const float* factor = guess_pointer(grad_factor, logits);
+    const float* factor = guess_pointer(grad_factor, logits, "grad_factor");
     TORCH_CHECK(logits.is_contiguous() && reinterpret_cast<uintptr_t>(logits.data_ptr()) % 16 == 0,
                 "logits must be contiguous and 16-byte aligned: the gradient is written over them");
     TORCH_CHECK(reduction == REDUCTION_MEAN || reduction == REDUCTION_SUM,

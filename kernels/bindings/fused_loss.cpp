@@ -110,15 +110,12 @@ at::Tensor fused_loss_scale_grad_op(at::Tensor& grad, const at::Tensor& grad_out
                                     const std::optional<at::Tensor>& grad_guess) {
     TORCH_CHECK(grad.is_cuda() && grad.is_contiguous(),
                 "grad must be a contiguous CUDA tensor (the forward's gradient)");
-    TORCH_CHECK(grad_output.numel() == 1 && grad_output.device() == grad.device() &&
-                grad_output.scalar_type() == grad.scalar_type(),
-                "grad_output must be one value of the gradient's dtype and device");
     const int dtype = value_dtype(grad);
     const float* guess = guess_pointer(grad_guess, grad);
-    if (grad.numel() == 0) return grad_output.reshape({}).to(at::kFloat).clone();
+    at::Tensor next_guess = next_guess_for(grad, grad_output);
+    if (grad.numel() == 0) return next_guess;
     const c10::cuda::CUDAGuard guard(grad.device());
     const at::Tensor g = grad_output.contiguous();
-    at::Tensor next_guess = at::empty({}, grad.options().dtype(at::kFloat));
     FusedLossArgs args{};
     args.n = grad.numel();
     args.dtype = dtype;

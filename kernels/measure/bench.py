@@ -356,8 +356,9 @@ def queued_ms(fn, args, iters=20, repeats=5):
     return statistics.median(times)
 
 
-def kernel_times(label, fn, args, reps=5):
-    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes."""
+def kernel_times(label, fn, args, reps=5) -> dict:
+    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes.
+    Prints a line per kernel and returns ``{kernel name: µs per call}``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -367,7 +368,10 @@ def kernel_times(label, fn, args, reps=5):
         for _ in range(reps):
             fn(*args)
         torch.cuda.synchronize()
+    times = {}
     for event in prof.key_averages():
         if event.device_time_total > 0:
-            print(f"  {label}: {event.key[:70]:<70} {event.device_time_total / reps:8.1f} µs "
+            times[event.key] = event.device_time_total / reps
+            print(f"  {label}: {event.key[:70]:<70} {times[event.key]:8.1f} µs "
                   f"x{event.count // reps}")
+    return times

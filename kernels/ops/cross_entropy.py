@@ -42,7 +42,7 @@ import torch
 
 from . import grad_guess
 from .schema import CROSS_ENTROPY_FILE as FINAL
-from .schema import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING
+from .schema import REDUCTIONS, SAVE_GRAD, SAVE_LSE, SAVE_NOTHING, qualname
 
 
 _FINAL_KERNEL = None
@@ -111,8 +111,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if torch.is_grad_enabled() and logits.requires_grad and "cross_entropy_scale_grad" in ops:
         fused = fused_backward and reduction != "none"
         save = SAVE_GRAD if fused else SAVE_LSE
-        if grad_guess.wanted(logits.dtype, fused, True):
-            guess = grad_guess.current(f"{built.name}::cross_entropy", logits.device)
+        guess = grad_guess.for_forward(qualname(built, "cross_entropy"), logits.device,
+                                       logits.dtype, fused, True)
     loss = ops["cross_entropy"](logits, target, int(ignore_index), REDUCTIONS[reduction],
                                 float(label_smoothing), save, guess)[0]
     return loss.squeeze(0) if one_row and reduction == "none" else loss

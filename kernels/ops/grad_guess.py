@@ -49,6 +49,13 @@ def wanted(dtype: torch.dtype, reduced: bool, want_grad: bool) -> bool:
             and not torch.cuda.is_current_stream_capturing())
 
 
+def for_forward(op: str, device: torch.device, dtype: torch.dtype, reduced: bool,
+                want_grad: bool) -> torch.Tensor | None:
+    """The guess a forward of ``op`` multiplies its gradient by, or None where none is
+    :func:`wanted`."""
+    return current(op, device) if wanted(dtype, reduced, want_grad) else None
+
+
 def factor(guess: torch.Tensor) -> torch.Tensor:
     """The factor a guess stands for, as ``guess_factor`` in kernels/common/cuda_utils.cuh
     computes it: for a backward traced by torch.compile, which multiplies out of place."""

@@ -28,7 +28,7 @@ import torch
 from ..losses import ELEMENT_WISE, get_loss
 from . import grad_guess
 from .schema import (CROSS_ENTROPY_FILE, FUSED_LOSSES_FILE, REDUCTIONS, SAVE_GRAD, SAVE_LSE,
-                     SAVE_NOTHING)
+                     qualname)
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SCALE_GRAD = "_scale_grad"  # the suffix of the backward op a fused-loss kernel file defines
@@ -40,10 +40,6 @@ def register(kernel, struct: str) -> None:
      "FusedLossArgs": _register_fused_losses,
      "CrossEntropyArgs": _register_cross_entropy,
      "VocabShardArgs": _register_vocab_shard}[struct](kernel)
-
-
-def _qualname(kernel, op: str) -> str:
-    return f"{kernel.name}::{op}"
 
 
 def _no_backward(source: str):
@@ -58,7 +54,7 @@ def _no_backward(source: str):
 
 def _register_forward_only(kernel) -> None:
     for op in kernel.ops:
-        name = _qualname(kernel, op)
+        name = qualname(kernel, op)
         torch.library.register_fake(name, lambda pred, target: pred.new_empty(()))
         # Without a formula, backward() would leave .grad None after a warning; this raises.
         torch.library.register_autograd(name, _no_backward(kernel.source))
@@ -66,6 +62,11 @@ def _register_forward_only(kernel) -> None:
 
 # --- chapter 6: fused losses, op(pred, target, reduction, param, want_grad, grad_guess) -------
 #                                -> (loss, grad)
+
+def _fake_scale_grad(grad, grad_output, grad_guess=None):
+    """A scale op's result: the next guess of grad_output (kernels/ops/grad_guess.py)."""
+    return grad.new_empty((), dtype=torch.float32)
+
 
 def _fake_fused_loss(pred, target, reduction, param, want_grad, grad_guess=None):
     loss = pred.new_empty(pred.shape if reduction == REDUCTIONS["none"] else ())
@@ -79,19 +80,17 @@ def _register_fused_losses(kernel) -> None:
         raise ValueError(f"{kernel.source} must define exactly one <name>{SCALE_GRAD}_launch "
                          f"(the backward), found {scale_ops}")
     scale_grad = kernel.ops[scale_ops[0]]
-    torch.library.register_fake(_qualname(kernel, scale_ops[0]),
-                                lambda grad, grad_output, grad_guess=None:
-                                grad.new_empty((), dtype=torch.float32))
+    torch.library.register_fake(qualname(kernel, scale_ops[0]), _fake_scale_grad)
     for op in kernel.ops:
         if op == scale_ops[0]:
             continue
-        name = _qualname(kernel, op)
+        name = qualname(kernel, op)
         torch.library.register_fake(name, _fake_fused_loss)
         setup, backward = _fused_loss_autograd(kernel.ops[op], scale_grad, op, name)
         torch.library.register_autograd(name, backward, setup_context=setup)
 
 
-def _fused_loss_autograd(forward, scale_grad, loss_name: str, qualname: str):
+def _fused_loss_autograd(forward, scale_grad, loss_name: str, registered: str):
     """setup_context and backward of one fused loss op.
 
     The forward wrote d loss / d pred times the guess of grad_output (1 without one; when
@@ -129,7 +128,7 @@ def _fused_loss_autograd(forward, scale_grad, loss_name: str, qualname: str):
         if ctx.reduction == REDUCTIONS["none"] and type(grad) is torch.Tensor:
             grad.mul_(grad_loss)  # one grad_output per element: no guess
         else:
-            grad = grad_guess.scale(grad, grad_loss, ctx.guess, scale_grad, qualname, ctx.device)
+            grad = grad_guess.scale(grad, grad_loss, ctx.guess, scale_grad, registered, ctx.device)
         grad_target = None
         if ctx.needs_input_grad[1]:
             upstream = grad_loss / ctx.n if ctx.reduction == REDUCTIONS["mean"] else grad_loss
@@ -162,25 +161,24 @@ def _fake_cross_entropy(logits, target, ignore_index, reduction, label_smoothing
 
 def _register_cross_entropy(kernel) -> None:
     ops = kernel.ops
-    name = _qualname(kernel, "cross_entropy")
+    name = qualname(kernel, "cross_entropy")
     torch.library.register_fake(name, _fake_cross_entropy)
     if "cross_entropy_backward" in ops and "cross_entropy_scale_grad" in ops:
-        torch.library.register_fake(_qualname(kernel, "cross_entropy_backward"),
+        torch.library.register_fake(qualname(kernel, "cross_entropy_backward"),
                                     lambda grad_output, logits, *rest: torch.empty_like(
                                         logits, memory_format=torch.contiguous_format))
-        torch.library.register_fake(_qualname(kernel, "cross_entropy_scale_grad"),
-                                    lambda grad, grad_output, grad_guess=None:
-                                    grad.new_empty((), dtype=torch.float32))
+        torch.library.register_fake(qualname(kernel, "cross_entropy_scale_grad"),
+                                    _fake_scale_grad)
         setup, backward = _cross_entropy_autograd(ops, name)
         torch.library.register_autograd(name, backward, setup_context=setup)
     else:
         torch.library.register_autograd(name, _no_backward(kernel.source))
     if "cross_entropy_into_logits" in ops:  # chapter 7: used inside the fused head's own op
-        torch.library.register_fake(_qualname(kernel, "cross_entropy_into_logits"),
+        torch.library.register_fake(qualname(kernel, "cross_entropy_into_logits"),
                                     lambda logits, *rest: logits.new_empty(()))
 
 
-def _cross_entropy_autograd(ops, qualname: str):
+def _cross_entropy_autograd(ops, registered: str):
     """setup_context and backward of a chapter 5 cross-entropy op (kernels/ops/cross_entropy.py).
 
     save == SAVE_GRAD: the forward wrote the gradient times the guess of grad_output (1 without
@@ -218,7 +216,7 @@ def _cross_entropy_autograd(ops, qualname: str):
             (grad,) = ctx.saved_tensors
             grad_loss = grad_loss.to(grad.dtype).reshape(())
             return (grad_guess.scale(grad, grad_loss, ctx.guess, ops["cross_entropy_scale_grad"],
-                                     qualname, ctx.device),) + none
+                                     registered, ctx.device),) + none
         if ctx.save == SAVE_LSE:
             logits, target, lse = ctx.saved_tensors
         else:
@@ -249,7 +247,7 @@ def _register_vocab_shard(kernel) -> None:
         else:
             fake = lambda logits, *rest: logits.new_empty((logits.shape[0], 4),  # noqa: E731
                                                           dtype=torch.float32)
-        torch.library.register_fake(_qualname(kernel, op), fake)
+        torch.library.register_fake(qualname(kernel, op), fake)
 
 
 # --- what a training loop calls ---------------------------------------------------------------
@@ -285,9 +283,8 @@ class LossOps:
             target = self._broadcast_row(name, pred, target)
         want_grad = torch.is_grad_enabled() and (pred.requires_grad or target.requires_grad)
         op = self.element_wise.ops[name]
-        guess = None
-        if grad_guess.wanted(pred.dtype, reduction != "none", want_grad):
-            guess = grad_guess.current(_qualname(self.element_wise, name), pred.device)
+        guess = grad_guess.for_forward(qualname(self.element_wise, name), pred.device,
+                                       pred.dtype, reduction != "none", want_grad)
         return op(pred, target, REDUCTIONS[reduction], float(param), want_grad, guess)[0]
 
     @staticmethod

@@ -1,4 +1,5 @@
-"""What the ops' integer arguments mean, and the chapters' final kernel files.
+"""What the ops' integer arguments mean, their registered names, and the chapters' final kernel
+files.
 
 The bindings (``kernels/bindings``) read a reduction and, for cross-entropy, what the forward
 saves for the backward, as integers: these are their values. They live here, not in
@@ -14,3 +15,9 @@ REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 # gradient times a guess of grad_output (kernels/ops/grad_guess.py,
 # kernels/bindings/cross_entropy.cpp).
 SAVE_NOTHING, SAVE_LSE, SAVE_GRAD = 0, 1, 2
+
+
+def qualname(kernel, op: str) -> str:
+    """The name ``op`` of a built kernel is registered under in torch.library, which also keys
+    the op's guess of grad_output (kernels/ops/grad_guess.py)."""
+    return f"{kernel.name}::{op}"
