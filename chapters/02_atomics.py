@@ -331,11 +331,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 # faster than version 1 from about a million elements up (below that the two are level), and
 # version 3 far faster than version 2 except at the largest size,
 # where its lead shrinks. From version 3 to version 4 the gain depends on the size: version 4 is
-# ahead in the middle of the range, and the two are level at the smallest sizes and at the
-# largest ones, where the atomics no longer matter. There both stay a few percent below
-# `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead of every version
-# at almost every size (version 4 draws level with it only at $2^{14}$ elements and in the
-# upper part of the range).
+# ahead in the middle of the range, and the two are close at the smallest sizes and level at
+# the largest ones, where the atomics no longer matter. At the two largest sizes both stay a
+# few percent below `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead
+# of every version at almost every size (version 4 draws level with it only at $2^{26}$
+# elements).
 # What remains between the best version and
 # the bandwidth line is, we claim, how the loads are made (4 bytes at a time, one per input per
 # thread) and, at small sizes, the three launches per call. The first part of that claim can

@@ -353,7 +353,7 @@ torch.cuda.empty_cache()
 # from the top. Chapter 2's version 4, whose block sums all meet in one float through atomics,
 # is the furthest from the float64 mean, several ulp away. Chapter 3's version 6 (atomics, but
 # only one per resident block) and version 4's `mse_sequential`, which keeps a lane's whole
-# share in one float, come next, two or three ulp away in this run (the atomic ones move from
+# share in one float, come next, about two ulp away in this run (the atomic ones move from
 # run to run); `torch.mean` is within an ulp. Every
 # variant whose float32 sums are short (a tile) lands on the same float32 value, a small
 # fraction of an ulp from the float64 mean, that is, the float32 value nearest to it: with the
@@ -531,9 +531,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `bench/v5_ablation.py`'s run, and the chapter's own sweep): at most sizes version 5 is
 # ahead. At $2^{12}$ elements `torch.compile`'s single program is still ahead of our single
 # block. At the middle sizes of the chapter's sweep, Smooth L1 at $2^{20}$ and $2^{22}$ and
-# Hinge from $2^{18}$ to $2^{22}$ elements, `torch.compile` comes out ahead by a few percent
-# (the second table below; Smooth L1 is level at $2^{18}$ and $2^{24}$); in the
-# ablation's run Hinge at those sizes is level (that run has no Smooth L1), so
+# Hinge at $2^{16}$ elements, `torch.compile` comes out ahead, by a few percent for Smooth L1
+# and by more for Hinge (the second table below; Smooth L1 is level at $2^{18}$ and $2^{24}$);
+# in the ablation's run Hinge at that size is level (that run has no Smooth L1), so
 # part of the gap is the spread between runs, and part of it is not closed yet
 # (`bench/reduction_targets.py` takes the median of three runs). The columns without a switch
 # show what each change buys: the ordinary launch

@@ -526,8 +526,9 @@ for name in ("mse", "smooth_l1", "hinge"):
 # At $2^{28}$ elements our step moves its bytes (12 per element for MSE and Smooth L1, 8 for
 # Hinge) at over 90% of the read bandwidth, and `torch.compile`'s step takes clearly longer (the
 # ratios printed above): its backward is a second pass over memory, after the forward's.
-# Multiplying the loss by 1024 at every step costs next to nothing for all three losses (the
-# "x1024" ratio): from the second step on the guess is right, and the backward returns at once.
+# At that size, multiplying the loss by 1024 at every step costs next to nothing for all three
+# losses (the "x1024" ratio): from the second step on the guess is right, and the backward
+# returns at once.
 # (`bench/guess_cost.py` times each loss's plain and "x1024" steps in turns, so that a drift of
 # the GPU's clock falls on both, and lists the kernels of one step of each.) A scale that
 # changes at every step misses every guess and pays the in-place scaling pass: for MSE and
@@ -777,9 +778,9 @@ plt.show()
 # runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
 # last line checks.
 #
-# Per step, our runs are slower, in all four this time (in runs this short the host's timing is
-# noisy enough that one of them can come out ahead in another run). These models are so small
-# that a step is the host's
+# Per step, our runs are slower in three of the four this time; the hinge run came out ahead
+# (in runs this short the host's timing is noisy enough for that to change from run to run).
+# These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than
 # PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The
 # host's time for the loss alone, forward and backward, on the language model's shape:

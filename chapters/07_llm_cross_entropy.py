@@ -385,7 +385,8 @@ del x, t
 # The row kernel reads at the read bandwidth printed at the top of the chapter, within the
 # timing's noise. What the call adds does not grow with the rows' length: the 4-byte memset of
 # the bad-target flag, the final kernel that adds the rows' losses in a fixed order, and the
-# start of three launches on an idle GPU (every timed call follows a cache clear, as all the
+# idle time around the three (the call's time less its kernels', most of the difference
+# printed above; every timed call starts on an idle GPU after a cache clear, as all the
 # course's timings do). At this size those microseconds are the few percent the target misses
 # by; at 16384 x 65536 the logits are twice as large and the row passes. The kernel itself
 # was also written as a warp per row streaming its row through registers instead of shared

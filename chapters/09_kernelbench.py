@@ -457,11 +457,11 @@ for r in course:
 # are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
 # KernelBench's rule the difference between the table's two columns counts as well: the host's
 # time to launch a program beyond the L2 flush queued ahead of it. In this run it is between a
-# few hundredths and over a tenth of a millisecond for every element-wise program, the
-# course's and the compiled ones alike, and it moves from run to run by about as much as the
-# programs differ, so the rule's standings of these three problems (the lines above) change
-# between runs: in this run Hinge is the one behind; in earlier runs (`bench/PERFLOG.md`) MSE
-# was ahead in one and behind in another.
+# few hundredths and over a tenth of a millisecond for the course's element-wise programs and
+# the compiled ones alike (eager's is smaller), and it moves from run to run by about as much
+# as the programs differ, so the rule's standings of these three problems (the lines above)
+# change between runs: in this run Hinge is the one behind; in earlier runs
+# (`bench/PERFLOG.md`) MSE was ahead in one and behind in another.
 # Timed on the host with the GPU kept busy, one call of a course operator takes about as long
 # as the flush itself, most of it in the op's own call: dispatch, allocations, two launches
 # (`bench/PERFLOG.md` has the profile). Where the margin is a few percent, either way, the

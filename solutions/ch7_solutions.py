@@ -177,12 +177,12 @@ if not swept:
 # gigabyte of scratch: several times chapter 7's memory budget. The model uses the rate measured
 # for the head's own product, below the datasheet's peak (its first line): a product of this
 # shape does not reach the peak, so the peak would make the products look shorter and every
-# traffic term relatively larger. The chapter's sweep goes the same way, larger chunks faster
-# (its plot of time against memory), and adds what the model leaves out: the shape of the
-# products (896 rows ran slower than 768). Its measured steps, set against the model's totals
-# in the lines just above (`book/results/ch7_chunks.csv`), come out below them at every chunk
-# size, by the percentages printed there: the model is a first-order account of the time, an
-# upper bound here, not a prediction to the millisecond.
+# traffic term relatively larger. The chapter's sweep goes the same way, larger chunks mostly
+# faster (its plot of time against memory), and adds what the model leaves out: the shape of
+# the products (896 rows ran slower than 768). Its measured steps, set against the model's
+# totals in the lines just above (`book/results/ch7_chunks.csv`), come out within a few
+# percent of them, on either side, by the percentages printed there: the model is a
+# first-order account of the time, not a prediction to the millisecond.
 #
 # ```{solution-end}
 # ```

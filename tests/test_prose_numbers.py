@@ -85,6 +85,7 @@ ALLOWED = {
         "is reserved for system use",
     "450 GB/s each way by NVIDIA's figures": "NVIDIA H200 datasheet: NVLink 900 GB/s, both ways",
     "4.8 TB/s from each GPU's own memory": "NVIDIA H200 datasheet: HBM3e, 4.8 TB/s",
+    "3.35 TB/s on an H100": "NVIDIA H100 SXM datasheet: HBM3, 3.35 TB/s",
     "a 50 MB L2 cache": "NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (SXM5)",
     "with 16 GB of memory": "NVIDIA T4 datasheet: 16 GB GDDR6",
     "more than a 16 GB GPU has": "4 x 2^30 float32 = 16 GiB, beyond a T4's 16 GB (NVIDIA T4 datasheet)",
