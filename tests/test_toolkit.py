@@ -784,6 +784,15 @@ def test_patched_sets_an_attribute_for_each_call_only():
     assert owner.wanted is True  # put back after an error too
 
 
+def test_kernel_lines_name_each_kernel_short_and_align_the_times():
+    times = {"void row_cluster<__nv_bfloat16>(CrossEntropyArgs, long)": 350.62,
+             "Memset (Device)": 0.7}
+    lines = bench.kernel_lines("v4", times, {key: 1 for key in times})
+    assert lines[0] == "  v4: row_cluster<__nv_bfloat16>    350.6 µs x1"
+    assert lines[1].startswith("  v4: Memset ") and lines[1].endswith(" 0.7 µs x1")
+    assert lines[0].index("µs") == lines[1].index("µs")  # the times in one column
+
+
 def test_other_fused_heads_are_those_installed(monkeypatch):
     import builtins
 

@@ -368,10 +368,17 @@ def kernel_times(label, fn, args, reps=5) -> dict:
         for _ in range(reps):
             fn(*args)
         torch.cuda.synchronize()
-    times = {}
-    for event in prof.key_averages():
-        if event.device_time_total > 0:
-            times[event.key] = event.device_time_total / reps
-            print(f"  {label}: {event.key[:70]:<70} {times[event.key]:8.1f} µs "
-                  f"x{event.count // reps}")
+    events = [event for event in prof.key_averages() if event.device_time_total > 0]
+    times = {event.key: event.device_time_total / reps for event in events}
+    print("\n".join(kernel_lines(label, times, {e.key: e.count // reps for e in events})))
     return times
+
+
+def kernel_lines(label: str, times: dict, counts: dict) -> list[str]:
+    """:func:`kernel_times`' lines: a kernel's name without "void " and its arguments
+    ("row_cluster<float>" for "void row_cluster<float>(CrossEntropyArgs, long)"), so that the
+    lines fit a notebook's output column, then its µs per call and its launches per call."""
+    short = {key: key.removeprefix("void ").split("(")[0].strip()[:60] for key in times}
+    width = max((len(name) for name in short.values()), default=0)
+    return [f"  {label}: {short[key]:<{width}} {us:8.1f} µs x{counts[key]}"
+            for key, us in times.items()]
