@@ -1,9 +1,11 @@
-"""A probe, not a benchmark: a cross-entropy kernel file against its version at another commit,
-timed in turns on the same inputs, with and without the loss-scaling guess.
+"""A probe, not a benchmark: a kernel file against its version at another commit, timed in
+turns on the same inputs (a cross-entropy file with and without the loss-scaling guess).
 
     python tools/ab_kernel.py prepare 62e8d65 ch5_cross_entropy/v3_fused_rows.cu      # here
     python tools/ab_kernel.py time 62e8d65 ch5_cross_entropy/v3_fused_rows.cu \\
         --shape 32768x4096 --dtype float32 --backward                                   # GPU
+    python tools/ab_kernel.py time f9d80a7 ch4_two_pass/v5_block_tiles.cu \\
+        --loss mse --sizes 12,13,14                                                     # GPU
 
 ``prepare`` writes the file as it was at the commit, and the files of kernels/ it includes by
 relative path (version 4 includes version 3), under _build/ab/<commit>/: carry ``_build/ab`` to
@@ -13,7 +15,10 @@ than the file. ``time`` builds both, times a step of each (the forward, or with 
 forward + ``loss.backward()``) in ``--turns`` alternating turns, with the guess and without it
 (``grad_guess.wanted`` patched to False), and prints the medians, their ratios, and each
 step's CUDA kernels from the profiler (``bench.kernel_times``). bench/PERFLOG.md, session 19,
-has its first use.
+has its first use. With ``--loss``, the file is an element-wise loss file of chapters 2-4 (its
+ops take pred and target and return the 0-d mean): both builds and torch.compile are timed at
+2^k elements for each k of ``--sizes`` (``bench.bench_loss_median``: L2 cleared, a median of
+``--turns`` runs in turn), and each build's time / torch.compile's is printed.
 """
 
 from __future__ import annotations
@@ -78,6 +83,27 @@ def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, b
         bench.kernel_times(name, fn, (x, t))
 
 
+def time_losses(commit: str, file: str, loss: str, exponents: list[int], turns: int) -> None:
+    import torch
+
+    from kernels import Chapter, bench, get_loss, load
+
+    builds = {"this tree": load(file), commit: load(old_copy(commit, file))}
+    Chapter.allow_recompiles(64)  # one graph per size
+    reference = get_loss(loss).reference
+    print(f"{torch.cuda.get_device_name()}: {file}, {loss}, time / torch.compile's "
+          f"(median of {turns} runs)")
+    for k in exponents:
+        providers = {"torch.compile": torch.compile(reference, dynamic=False)}
+        providers.update({name: getattr(kernel, loss) for name, kernel in builds.items()})
+        measured = bench.bench_loss_median(providers, loss,
+                                           bench.element_wise_shape(1 << k, loss), runs=turns)
+        ms = {m.provider: m.ms for m in measured}
+        base = ms["torch.compile"]
+        print(f"  2^{k}: torch.compile {1e3 * base:8.2f} us"
+              + "".join(f"   {name} x{ms[name] / base:.3f}" for name in builds))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("prepare", "time"))
@@ -88,9 +114,14 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--backward", action="store_true")
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--loss", help="an element-wise loss file: time this op of it (mse, ...)")
+    parser.add_argument("--sizes", default="12,14,16", help="with --loss: exponents k of 2^k")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.commit, args.file)
+    elif args.loss:
+        time_losses(args.commit, args.file, args.loss,
+                    [int(k) for k in args.sizes.split(",")], args.turns)
     else:
         rows, classes = (int(n) for n in args.shape.split("x"))
         time_both(args.commit, args.file, (rows, classes), args.dtype, args.backward, args.turns)
