@@ -391,10 +391,10 @@ del x, t
 # by; at 16384 x 65536 the logits are twice as large and the row passes. The kernel itself
 # was also written as a warp per row streaming its row through registers instead of shared
 # memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final
-# launch, by letting the last block to finish add the losses, was measured in chapter 5 and was
-# slower: every block then pays a fence and an atomic. So this row's limit is the call's fixed
-# cost, not the kernel's reading.
-# Nsight Compute says more about the kernels themselves.
+# launch, by letting the last block to finish add the losses, was measured for version 3 (its
+# header) and was slower: every block then pays a fence and an atomic. So this row's limit is
+# the call's fixed cost, not the kernel's reading. Nsight Compute says more about the kernels
+# themselves.
 #
 # ## What Nsight Compute shows
 #
