@@ -204,14 +204,17 @@ show_source("kernelbench/checks.py", "def check_timed_stream", "    return None"
 # each verdict).
 
 # %% tags=["nbval-ignore-output"]
+lines = ["| problem | cheat | KernelBench | ours | our checks that fail |",
+         "| ---: | --- | --- | --- | --- |"]
 for pid, problem in SMALL.items():
     for name, cheat in kernelbench.cheats(pid).items():
         if cheat.gpu_only:
             continue
         r = kernelbench.evaluate(problem, cheat.model, entry=name, device="cpu")
         failed = ", ".join(check.split(" (")[0] for check, _ in r.failures)
-        print(f"{pid:>3}  {name:<32} KernelBench: {'PASS' if r.kernelbench_passed else 'FAIL'}"
-              f"  ours: {'PASS' if r.passed else 'FAIL'} ({failed})")
+        lines.append(f"| {pid} | {name} | {'PASS' if r.kernelbench_passed else 'FAIL'} | "
+                     f"{'PASS' if r.passed else 'FAIL'} | {failed} |")
+Markdown("\n".join(lines))
 
 # %% [markdown]
 # Each cheat fails, and the ones that KernelBench's rules accept fail the check written for
