@@ -79,8 +79,9 @@ def measured_shape(name):
 MEASURED = {name: measured_shape(name) for name in LOSS_NAMES}
 for name in LOSS_NAMES:
     if MEASURED[name] != KERNELBENCH[name]:
-        print(f"{name}: measured at {' x '.join(map(str, MEASURED[name]))}, the largest size this "
-              f"GPU holds, instead of KernelBench's {' x '.join(map(str, KERNELBENCH[name]))}")
+        print(f"{name}: measured at {' x '.join(map(str, MEASURED[name]))}, the largest size "
+              "this GPU holds, instead of KernelBench's "
+              f"{' x '.join(map(str, KERNELBENCH[name]))}")
 
 # %% [markdown]
 # ## The four losses
@@ -128,7 +129,8 @@ by_hand = torch.tensor([[max(0.0, 1 - p[i, j].item() * y[j].item()) for j in ran
                         for i in range(3)]).mean()
 print("PyTorch:", get_loss("hinge").reference(p, y).item())
 print("by hand, element [i, j] uses y[j]:", by_hand.item())
-print("per-row labels y[:, None] would give:", torch.clamp(1 - p * y[:, None], min=0).mean().item())
+print("per-row labels y[:, None] would give:",
+      torch.clamp(1 - p * y[:, None], min=0).mean().item())
 
 # %% [markdown]
 # ## What PyTorch dispatches: temporaries and bytes
@@ -213,7 +215,8 @@ lines.append(f"| **eager total** | {reads}n | {writes}n | {eager_bytes / GiB:.0f
 lines.append(f"| **must read** (p and t once) | 2n | 0 | {must_bytes / GiB:.0f} GiB |")
 display(Markdown("\n".join(lines)))
 traced = sum(op["reads"] + op["writes"] for op in traces["mse"])
-assert abs(traced - eager_bytes) <= 16, (traced, eager_bytes)  # the trace agrees (up to the 0-d result)
+# the trace agrees (up to the 0-d result)
+assert abs(traced - eager_bytes) <= 16, (traced, eager_bytes)
 print(f"eager MSE moves {eager_bytes / must_bytes:.1f}x the bytes it must read")
 
 # %% [markdown]
@@ -236,18 +239,20 @@ import re
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-compiled = {name: torch.compile(get_loss(name).reference, dynamic=False) for name in LOSS_NAMES}
+compiled = {name: torch.compile(get_loss(name).reference, dynamic=False)
+            for name in LOSS_NAMES}
 
 
 def short(kernel_name, width=88):
     """A kernel's name without namespaces and arguments, cut to `width` characters."""
-    name = re.sub(r"\b(void |at::native::|at::detail::|at::cuda::|\(anonymous namespace\)::)", "",
-                  kernel_name).split("(")[0]
+    name = re.sub(r"\b(void |at::native::|at::detail::|at::cuda::"
+                  r"|\(anonymous namespace\)::)", "", kernel_name).split("(")[0]
     return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def gpu_kernels(fn, inputs):
-    """Profile one call of fn: the profiler and the (name, microseconds) of each GPU activity."""
+    """Profile one call of fn: the profiler and the (name, microseconds) of each GPU
+    activity."""
     fn(*inputs)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -261,7 +266,8 @@ generator = torch.Generator(device="cuda").manual_seed(0)
 launched = {}
 for name in LOSS_NAMES:
     inputs = get_loss(name).make_inputs(MEASURED[name], generator, "cuda")
-    for provider, fn in (("eager", get_loss(name).reference), ("torch.compile", compiled[name])):
+    for provider, fn in (("eager", get_loss(name).reference),
+                         ("torch.compile", compiled[name])):
         prof, launched[name, provider] = gpu_kernels(fn, inputs)
         if (name, provider) == ("mse", "eager"):
             # torch.profiler's own table, prof.key_averages().table(), has ten columns of 14
@@ -272,7 +278,8 @@ for name in LOSS_NAMES:
             print(f"{'event':<52} {'calls':>5} {'CPU':>7} {'GPU':>7}")
             for e in sorted(prof.key_averages(), key=lambda e: (-e.self_device_time_total,
                                                                 -e.self_cpu_time_total))[:8]:
-                print(f"{short(e.key, 52):<52} {e.count:>5} {e.self_cpu_time_total / 1e3:7.3f} "
+                print(f"{short(e.key, 52):<52} {e.count:>5} "
+                      f"{e.self_cpu_time_total / 1e3:7.3f} "
                       f"{e.self_device_time_total / 1e3:7.3f}")
     del inputs
     torch.cuda.empty_cache()
@@ -331,15 +338,19 @@ copy = bench.copy_bandwidth()
 one = torch.ones(1, device="cuda")
 add_gpu_ms = bench.time_ms(torch.add, [(one, one)])
 add_host_ms = bench.launch_overhead_ms(torch.add, (one, one))
-# Stored with the sweep, as rows of "loss" memory and launch (ms back from GB/s for the first two).
+# Stored with the sweep, as rows of "loss" memory and launch (ms back from GB/s for the
+# first two).
 gpu_rows = [
-    bench.Measurement("memory", "read (torch.sum)", (1 << 30,), 1 << 32, (1 << 32) / peak / 1e6),
-    bench.Measurement("memory", "copy (read + write)", (1 << 30,), 1 << 33, (1 << 33) / copy / 1e6),
+    bench.Measurement("memory", "read (torch.sum)", (1 << 30,), 1 << 32,
+                      (1 << 32) / peak / 1e6),
+    bench.Measurement("memory", "copy (read + write)", (1 << 30,), 1 << 33,
+                      (1 << 33) / copy / 1e6),
     bench.Measurement("launch", "1-element add, GPU time", (1,), 8, add_gpu_ms),
     bench.Measurement("launch", "1-element add, call to result", (1,), 8, add_host_ms),
 ]
 print(f"{ch.gpu}: read {peak:.0f} GB/s, copy {copy:.0f} GB/s")
-print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, {add_host_ms * 1e3:.1f} us from call to result")
+print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, "
+      f"{add_host_ms * 1e3:.1f} us from call to result")
 
 # %% [markdown]
 # ## Eager and compiled, at every size
@@ -394,7 +405,8 @@ def at(loss, provider, shape):
 
 print(f"measured on {rows[0]['gpu']}")
 print(f"read bandwidth (torch.sum, 4 GiB): {peak:.0f} GB/s")
-print(f"copy bandwidth (4 GiB, read + write): {memory['copy (read + write)']['gbps']:.0f} GB/s")
+print("copy bandwidth (4 GiB, read + write): "
+      f"{memory['copy (read + write)']['gbps']:.0f} GB/s")
 
 # %% [markdown]
 # ### Bytes predict the time
@@ -417,7 +429,8 @@ for name in LOSS_NAMES:
                  f"{eager['ms'] / comp['ms']:.2f}x | {bytes_cell} |")
 display(Markdown("\n".join(lines)))
 time_ratio, byte_ratio = ratios["mse"]
-print(f"eager MSE moves {byte_ratio:.1f}x the bytes and takes {time_ratio:.1f}x the time of torch.compile")
+print(f"eager MSE moves {byte_ratio:.1f}x the bytes and takes {time_ratio:.1f}x the time of "
+      "torch.compile")
 ce = at("cross_entropy", "torch.compile", MEASURED["cross_entropy"])
 print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
       f"{100 * ce['gbps'] / peak:.0f}% of the read bandwidth")
@@ -446,13 +459,14 @@ print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
 
 # %% tags=["nbval-ignore-output"]
 # FP32 (non-tensor-core) peak TFLOP/s from NVIDIA's datasheets: NOT measured. First match wins.
-DATASHEET_FP32_TFLOPS = [("H100 PCIe", 51.0), ("H100 NVL", 60.0), ("H100", 67.0), ("H200", 67.0),
-                         ("A100", 19.5), ("L40S", 91.6), ("L4", 30.3), ("A10G", 31.2),
-                         ("T4", 8.1), ("V100", 15.7)]
+DATASHEET_FP32_TFLOPS = [("H100 PCIe", 51.0), ("H100 NVL", 60.0), ("H100", 67.0),
+                         ("H200", 67.0), ("A100", 19.5), ("L40S", 91.6), ("L4", 30.3),
+                         ("A10G", 31.2), ("T4", 8.1), ("V100", 15.7)]
 tflops = next((f for key, f in DATASHEET_FP32_TFLOPS if key in rows[0]["gpu"]), None)
 FLOPS_PER_ELEMENT = {"mse": 3, "smooth_l1": 5, "hinge": 4, "cross_entropy": 4}
 if tflops is None:
-    print(f"no datasheet FP32 rate listed for {rows[0]['gpu']}: add it to DATASHEET_FP32_TFLOPS")
+    print(f"no datasheet FP32 rate listed for {rows[0]['gpu']}: "
+          "add it to DATASHEET_FP32_TFLOPS")
 else:
     ridge = tflops * 1e12 / (peak * 1e9)
     print(f"datasheet FP32 rate {tflops:.0f} TFLOP/s / measured {peak:.0f} GB/s: "
@@ -464,7 +478,8 @@ else:
         flops = FLOPS_PER_ELEMENT[name] * math.prod(shape)
         nbytes = get_loss(name).min_bytes(shape)
         lines.append(f"| {name} | {flops / nbytes:.3f} | {nbytes / peak / 1e6:.3f} | "
-                     f"{flops / tflops / 1e9:.4f} | {at(name, 'torch.compile', shape)['ms']:.3f} |")
+                     f"{flops / tflops / 1e9:.4f} | "
+                     f"{at(name, 'torch.compile', shape)['ms']:.3f} |")
     display(Markdown("\n".join(lines)))
 
 # %% [markdown]
@@ -487,15 +502,16 @@ from kernels import plot
 
 if tflops is not None:
     fig, ax = plot.subplots()
-    intensity = sorted([2.0 ** k for k in range(-4, 9)] + [ridge])  # the roof bends at the ridge
+    # the roof bends at the ridge
+    intensity = sorted([2.0 ** k for k in range(-4, 9)] + [ridge])
     ax.loglog(intensity, [min(tflops * 1e3, i * peak) for i in intensity], color="black")
     # The roof's two parts and the ridge point are labelled where they are; the legend, on the
     # right, names the losses.
     ax.annotate(f"datasheet FP32\n{tflops:.0f} TFLOP/s", (intensity[-1], tflops * 1e3),
                 xytext=(0, -6), textcoords="offset points", ha="right", va="top")
     ax.annotate(f"I x measured read bandwidth ({peak:.0f} GB/s)",
-                (intensity[2], intensity[2] * peak), xytext=(8, -4), textcoords="offset points",
-                va="top")
+                (intensity[2], intensity[2] * peak), xytext=(8, -4),
+                textcoords="offset points", va="top")
     ax.axvline(ridge, color="gray", linestyle=":")
     ax.annotate(f"ridge point\n{ridge:.0f} flop/byte", (ridge, intensity[0] * peak),
                 xytext=(6, 0), textcoords="offset points", color="dimgray")
@@ -520,9 +536,9 @@ if tflops is not None:
 # %% tags=["nbval-ignore-output"]
 fig, axes = plot.subplots(2, 2, height=7, sharex=True, sharey=True)
 for name, ax in zip(LOSS_NAMES, axes.flat):
-    kernels.plot_throughput(rows, name, providers=["eager", "torch.compile"], ax=ax,
-                            title=name + (" (4096 classes)" if name == "cross_entropy" else ""),
-                            show_legend=False)
+    kernels.plot_throughput(
+        rows, name, providers=["eager", "torch.compile"], ax=ax,
+        title=name + (" (4096 classes)" if name == "cross_entropy" else ""), show_legend=False)
     ax.label_outer()  # the axis labels once, at the left and at the bottom
 fig.suptitle(f"PyTorch's losses on {rows[0]['gpu']}")
 plot.legend(fig)
@@ -530,11 +546,14 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 for name in LOSS_NAMES:
-    display(Markdown(f"**{name}**\n\n" + results.markdown_table(rows, ["eager", "torch.compile"], name)))
+    display(Markdown(f"**{name}**\n\n"
+                     + results.markdown_table(rows, ["eager", "torch.compile"], name)))
 
 # %% [markdown]
 # On the right of each plot, the large sizes: compiled MSE, Smooth L1 and Hinge run close to
-# the read bandwidth, and eager mode sits at the fraction its extra bytes allow. On the left,
+# the read bandwidth, and their eager versions near the fraction their extra bytes allow (a
+# third for MSE, a seventh for Hinge); cross-entropy stays further below it, eager and compiled
+# alike. On the left,
 # every curve collapses: at a few thousand elements no loss gets anywhere near the bandwidth,
 # whatever it does. That is the launch floor.
 #
@@ -550,11 +569,13 @@ for name in LOSS_NAMES:
 # %% tags=["nbval-ignore-output"]
 gpu_us = launch["1-element add, GPU time"]["ms"] * 1e3
 host_us = launch["1-element add, call to result"]["ms"] * 1e3
-print(f"1-element add: {gpu_us:.1f} us of GPU time; {host_us:.1f} us from the Python call to the result")
+print(f"1-element add: {gpu_us:.1f} us of GPU time; "
+      f"{host_us:.1f} us from the Python call to the result")
 
 
 def by_size(loss, provider):
-    return sorted(results.select(rows, loss=loss, provider=provider), key=lambda r: math.prod(r["shape"]))
+    return sorted(results.select(rows, loss=loss, provider=provider),
+                  key=lambda r: math.prod(r["shape"]))
 
 
 def crossover(loss, provider, fraction=0.5, of_peak=False):
@@ -577,26 +598,34 @@ for name in LOSS_NAMES:
         smallest = by_size(name, provider)[0]
         lines.append(f"| {name} | {provider} | {smallest['ms'] * 1e3:.1f} "
                      f"({math.prod(smallest['shape']):,} elements) | "
-                     f"{smallest['ms'] * 1e3 / gpu_us:.1f} | {elements(crossover(name, provider))} | "
+                     f"{smallest['ms'] * 1e3 / gpu_us:.1f} | "
+                     f"{elements(crossover(name, provider))} | "
                      f"{elements(crossover(name, provider, of_peak=True))} |")
 display(Markdown("\n".join(lines)))
 smallest = by_size("mse", "eager")[0]
-print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes {smallest['ms'] * 1e3:.1f} us, "
-      f"{smallest['ms'] * 1e3 / gpu_us:.1f}x the 1-element add: it launches {len(traces['mse'])} kernels")
+print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
+      f"{smallest['ms'] * 1e3:.1f} us, "
+      f"{smallest['ms'] * 1e3 / gpu_us:.1f}x the 1-element add: it launches "
+      f"{len(traces['mse'])} kernels")
 
 # %% [markdown]
-# At the smallest sizes every loss takes a small multiple of the empty kernel's GPU time (the
-# table's "x the 1-element add" column), and its time grows far more slowly than the size: the GPU is not busy with the data
-# but with launching kernels, each on a grid too small to fill the GPU. Eager mode launches a
-# kernel per operator; `torch.compile` launches fewer. `kernels.bench.time_ms` keeps the GPU
+# At the smallest sizes every loss but compiled Hinge takes a small multiple of the empty
+# kernel's GPU time (the table's "x the 1-element add" column), and its time grows far more
+# slowly than the size: the GPU is not busy with the data but with launching kernels, each on
+# a grid too small to fill the GPU. Two compiled points of this run do not fit that picture:
+# compiled Hinge at its smallest size (its row of the table) and compiled cross-entropy at 64
+# rows (262,144 elements in its throughput table) take several times longer than the next
+# compiled size, which moves 16 times the bytes, so the launch floor does not explain them.
+# Eager mode launches a kernel per operator; `torch.compile` launches fewer for the
+# element-wise losses, but not for cross-entropy (three kernels against eager's two in the
+# profiler output above). `kernels.bench.time_ms` keeps the GPU
 # queued ahead of the host (a buffer clear and a short sleep before each call), so these are
 # GPU times: the host's own work per call comes on top in a real loop (the 1-element add took
 # several times its GPU time from call to result, above), and for `torch.compile` it includes
 # Dynamo's checks that the inputs still match the compiled shapes and Inductor's wrapper.
-# Eager and compiled Smooth L1 reach half of their best at the same size; compiled MSE, Hinge
-# and cross-entropy need larger inputs for that than eager mode does (the table), compiled MSE
-# only just: in the mse table above it sits barely under half its best at the size where eager
-# MSE crosses. Below
+# Eager and compiled MSE and Smooth L1 reach half of their best at the same size, compiled MSE
+# only just: in the mse table above it sits barely over half its best there. Compiled Hinge and
+# cross-entropy need larger inputs for that than eager mode does (the table). Below
 # the crossing, making a kernel faster changes little; what counts there is the number of
 # launches and the work done per call. (The compiled curves are
 # measured at every other size, so their crossing points are known only to within a factor
@@ -634,7 +663,8 @@ import numpy as np
 values = torch.rand(1 << 24, generator=torch.Generator().manual_seed(0)).numpy()
 sequential = np.cumsum(values, dtype=np.float32)
 exact = np.cumsum(values, dtype=np.float64)
-lines = ["| elements | sequential float32 sum: relative error | torch.sum on the CPU (float32): relative error |",
+lines = ["| elements | sequential float32 sum: relative error "
+         "| torch.sum on the CPU (float32): relative error |",
          "|---|---|---|"]
 for k in (12, 16, 20, 24):
     m = 1 << k
@@ -642,8 +672,10 @@ for k in (12, 16, 20, 24):
     lines.append(f"| 2^{k} | {abs(sequential[m - 1] - exact[m - 1]) / exact[m - 1]:.1e} | "
                  f"{abs(tree - exact[m - 1]) / exact[m - 1]:.1e} |")
 display(Markdown("\n".join(lines)))
-worst = max(abs(sequential[(1 << k) - 1] - exact[(1 << k) - 1]) / exact[(1 << k) - 1] for k in (16, 20, 24))
-print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.0f}x float32's unit roundoff")
+worst = max(abs(sequential[(1 << k) - 1] - exact[(1 << k) - 1]) / exact[(1 << k) - 1]
+            for k in (16, 20, 24))
+print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.0f}x "
+      "float32's unit roundoff")
 
 # %% [markdown]
 # The sequential sum loses digits as soon as the running sum dwarfs the terms: its error is
@@ -678,7 +710,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
 # {doc}`../solutions/ch1_solutions`.
 
 # %%
-from kernels.exercises.ch1_checks import check_ce_roofline, check_mse_model, check_smooth_l1_bytes
+from kernels.exercises.ch1_checks import (check_ce_roofline, check_mse_model,
+                                          check_smooth_l1_bytes)
 
 # %% [markdown]
 # ```{exercise} The bytes of eager Smooth L1
@@ -727,7 +760,8 @@ check_smooth_l1_bytes(smooth_l1_bytes)
 # ```
 
 # %%
-eager_mse_bytes_per_element = None  # TODO: bytes eager MSE's kernels move per element (float32)
+# TODO: bytes eager MSE's kernels move per element (float32)
+eager_mse_bytes_per_element = None
 
 
 def eager_mse_model_ms(n):

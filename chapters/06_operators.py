@@ -743,11 +743,12 @@ for label, (make_model, make, theirs, ours, lr) in runs.items():
     final_t, final_o = torch_losses[-50:].mean().item(), our_losses[-50:].mean().item()
     rows_out.append((label, first_steps, final_t, final_o, abs(final_o - final_t) / final_t,
                      torch_ms, our_ms))
-print(f"{'run':<28} {'steps 1-10':>10} {'final, PyTorch':>15} {'final, ours':>12} "
-      f"{'rel. diff':>9} {'step, PyTorch':>14} {'step, ours':>11}")
+print(f"{'':<27} {'':>10} {'final loss':^17} {'':>9} {'time per step':^19}".rstrip())
+print(f"{'run':<27} {'steps 1-10':>10} {'PyTorch':>8} {'ours':>8} {'rel. diff':>9} "
+      f"{'PyTorch':>9} {'ours':>9}")
 for label, first_steps, final_t, final_o, diff, torch_ms, our_ms in rows_out:
-    print(f"{label:<28} {first_steps:10.1e} {final_t:15.5f} {final_o:12.5f} {diff:9.1e} "
-          f"{torch_ms:11.2f} ms {our_ms:8.2f} ms")
+    print(f"{label:<27} {first_steps:10.1e} {final_t:8.5f} {final_o:8.5f} {diff:9.1e} "
+          f"{torch_ms:6.2f} ms {our_ms:6.2f} ms")
 print("steps 1-10 within 1e-5 of PyTorch's loss in every run:",
       all(r[1] < 1e-5 for r in rows_out))
 print("final losses within 1e-2 of each other in every run:",
@@ -778,8 +779,9 @@ plt.show()
 # runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
 # last line checks.
 #
-# Per step, our runs are slower in three of the four this time; the hinge run came out ahead
-# (in runs this short the host's timing is noisy enough for that to change from run to run).
+# Per step, our runs are slower in three of the four this time; the language model's run came
+# out ahead (in runs this short the host's timing is noisy enough for that to change from run
+# to run).
 # These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than
 # PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The
@@ -794,7 +796,8 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
         x.grad = None
         loss_fn(x, t).backward()
     host_us = 1e3 * bench.launch_overhead_ms(loss_step, (logits, labels))
-    print(f"{label:<18} {host_us:6.1f} µs per forward + backward (wall time, waiting for the GPU)")
+    print(f"{label:<18} {host_us:6.1f} µs per forward + backward "
+          "(wall time, waiting for the GPU)")
 
 # %% [markdown]
 # (`bench/host_overhead.py` profiles where that time goes, and `bench/PERFLOG.md` keeps its

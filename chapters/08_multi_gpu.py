@@ -91,14 +91,15 @@ for i in range(GPUS):
 print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
       .split("\n\n")[0])
 if GPUS < 2:
-    print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200 GPUs "
-          "(book/results/ch8_*.json), and say so; the CPU cells run here.")
+    print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200 "
+          "GPUs (book/results/ch8_*.json), and say so; the CPU cells run here.")
 
 # %% [markdown]
-# Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18
-# NVLink links, 450 GB/s each way by NVIDIA's figures, against 4.8 TB/s from each GPU's own
-# memory on an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to ten
-# times more than reading them; the statistics of a row cost nothing.
+# This run had one GPU, so its matrix has a single row. Two H100 or H200 GPUs of one NVLink
+# machine show `NV18` between them in that matrix: 18 NVLink links, 450 GB/s each way by
+# NVIDIA's figures, against 4.8 TB/s from each GPU's own memory on an H200 (3.35 TB/s on an
+# H100). Moving logits between GPUs would cost seven to eleven times more than reading them;
+# the statistics of a row cost nothing.
 #
 # ## The data-parallel mean
 #
@@ -197,7 +198,8 @@ show_source("ops/vocab_parallel.py", "def row_log_sum_exp", "    return lse, sum
 # (zero on ignored rows) and runs `shard_grad`.
 
 # %%
-show_source("ops/vocab_parallel.py", "class _ShardedCrossEntropy", "        return grad, None, None")
+show_source("ops/vocab_parallel.py", "class _ShardedCrossEntropy",
+            "        return grad, None, None")
 
 # %% [markdown]
 # ## Correct on every rank
@@ -271,7 +273,8 @@ plt.show()
 # per step, µs):
 
 # %% tags=["gpu", "nbval-ignore-output"]
-table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other | all-reduces alone |",
+table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other "
+         "| all-reduces alone |",
          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
 for run in (one_gpu, two_gpus):
     comm = {r["shape"]: r["comm_ms"] for r in run["rows"]}
@@ -279,10 +282,13 @@ for run in (one_gpu, two_gpus):
         rows_, vocab = (int(d) for d in shape.split("x"))
         shard_bytes = rows_ * vocab * 2 / run["ranks"]  # bf16: what each GPU reads
         table.append(f"| {run['ranks']} GPU{'s' if run['ranks'] > 1 else ''} | {shape} | "
-                     f"{kinds['shard_stats']:.0f} | {shard_bytes / kinds['shard_stats'] / 1e3:.0f} | "
-                     f"{kinds['shard_grad']:.0f} | {2 * shard_bytes / kinds['shard_grad'] / 1e3:.0f} | "
+                     f"{kinds['shard_stats']:.0f} | "
+                     f"{shard_bytes / kinds['shard_stats'] / 1e3:.0f} | "
+                     f"{kinds['shard_grad']:.0f} | "
+                     f"{2 * shard_bytes / kinds['shard_grad'] / 1e3:.0f} | "
                      f"{kinds['nccl']:.0f} | {kinds['other']:.0f} | {comm[shape] * 1e3:.0f} |")
-print(f"read bandwidth of the slowest GPU (torch.sum of 4 GiB): {one_gpu['peak_gbps']:.0f} GB/s")
+print("read bandwidth of the slowest GPU (torch.sum of 4 GiB): "
+      f"{one_gpu['peak_gbps']:.0f} GB/s")
 Markdown("\n".join(table))
 
 # %% [markdown]

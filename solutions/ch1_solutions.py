@@ -35,14 +35,16 @@ import math
 import torch
 
 from kernels import Chapter, get_loss, results
-from kernels.exercises.ch1_checks import check_ce_roofline, check_mse_model, check_smooth_l1_bytes
+from kernels.exercises.ch1_checks import (check_ce_roofline, check_mse_model,
+                                          check_smooth_l1_bytes)
 
 rows = Chapter("ch1").published_rows()  # the measurements the book publishes
 peak = rows[0]["peak_gbps"]
 
 
 def by_size(loss, provider):
-    return sorted(results.select(rows, loss=loss, provider=provider), key=lambda r: math.prod(r["shape"]))
+    return sorted(results.select(rows, loss=loss, provider=provider),
+                  key=lambda r: math.prod(r["shape"]))
 
 
 def at(loss, provider, shape):
@@ -74,7 +76,8 @@ def at(loss, provider, shape):
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-inputs = get_loss("smooth_l1").make_inputs((1 << 24,), torch.Generator(device="cuda").manual_seed(0), "cuda")
+inputs = get_loss("smooth_l1").make_inputs(
+    (1 << 24,), torch.Generator(device="cuda").manual_seed(0), "cuda")
 get_loss("smooth_l1").reference(*inputs)
 torch.cuda.synchronize()
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -88,18 +91,23 @@ del inputs
 
 # %%
 n = 1 << 30
-smooth_l1_bytes = (2 * n + n) * 4 + n * 4  # element-wise: read p, t, write the losses; mean: read them
+# element-wise: read p, t, write the losses; mean: read them
+smooth_l1_bytes = (2 * n + n) * 4 + n * 4
 check_smooth_l1_bytes(smooth_l1_bytes)
 
 # %% tags=["nbval-ignore-output"]
-# The largest size measured: 2^30, or less where chapter 1 ran on a GPU that cannot hold it.
-m = max(r["shape"][0] for r in rows if r["loss"] == "smooth_l1" and r["provider"] == "torch.compile")
+# The largest size measured: 2^30, or less where chapter 1 ran on a GPU that cannot
+# hold it.
+m = max(r["shape"][0] for r in rows
+        if r["loss"] == "smooth_l1" and r["provider"] == "torch.compile")
 eager = at("smooth_l1", "eager", (m,))
 compiled = at("smooth_l1", "torch.compile", (m,))
 predicted_ms = smooth_l1_bytes * (m / n) / peak / 1e6
-print(f"predicted {predicted_ms:.3f} ms (bytes / read bandwidth), measured {eager['ms']:.3f} ms: "
+print(f"predicted {predicted_ms:.3f} ms (bytes / read bandwidth), "
+      f"measured {eager['ms']:.3f} ms: "
       f"{eager['ms'] / predicted_ms:.2f}x the prediction")
-print(f"eager / torch.compile: {eager['ms'] / compiled['ms']:.2f}x (bytes predict 2.00x)")
+print(f"eager / torch.compile: {eager['ms'] / compiled['ms']:.2f}x "
+      "(bytes predict 2.00x)")
 
 # %% [markdown]
 # ```{solution-end}
@@ -133,7 +141,8 @@ check_mse_model(eager_mse_bytes_per_element, eager_mse_model_ms, rows)
 for r in by_size("mse", "eager"):
     n = math.prod(r["shape"])
     print(f"2^{n.bit_length() - 1:<2}: measured {r['ms'] * 1e3:8.1f} us, model "
-          f"{eager_mse_model_ms(n) * 1e3:8.1f} us, ratio {r['ms'] / eager_mse_model_ms(n):.2f}")
+          f"{eager_mse_model_ms(n) * 1e3:8.1f} us, "
+          f"ratio {r['ms'] / eager_mse_model_ms(n):.2f}")
 
 # %% [markdown]
 # The ratios above put the model's worst error between the two ends. Most likely because there
@@ -167,7 +176,8 @@ check_ce_roofline(ce_intensity, ce_roofline_ms, peak)
 print(f"roofline {ce_roofline_ms:.3f} ms at {peak:.0f} GB/s")
 for provider in ("eager", "torch.compile"):
     r = at("cross_entropy", provider, shape)
-    print(f"{provider}: {r['ms']:.3f} ms, {100 * ce_roofline_ms / r['ms']:.0f}% of the roofline")
+    print(f"{provider}: {r['ms']:.3f} ms, "
+          f"{100 * ce_roofline_ms / r['ms']:.0f}% of the roofline")
 
 # %% [markdown]
 # ```{solution-end}

@@ -66,7 +66,8 @@ Markdown("\n".join(lines))
 # the latency of one collective (the chapter's table times the two all-reduces alone). So we
 # expect it to win at 2 ranks, but that is a prediction: the check below runs it on CPU
 # processes over gloo, and no run of this course has timed it on GPUs. At 64 ranks it moves
-# 40 times more: there the two all-reduces should win, which is why Megatron-LM uses them.
+# over 40 times as many bytes: there the two all-reduces should win, which is why Megatron-LM
+# uses them.
 
 # %%
 show_source(os.path.join(SOLUTIONS, "ch8_one_collective.py"), fold=False)
@@ -105,11 +106,14 @@ def grad_of(loss):
 
 
 whole = grad_of(F.cross_entropy(layer(x), target))  # the gradient of the global mean
-per_rank = [grad_of(R * F.cross_entropy(layer(x[half]), target[half], reduction="sum") / count)
-            for half in (slice(0, 20), slice(20, 40))]  # each rank: R x its share of the global mean
+# each rank: R x its share of the global mean
+per_rank = [grad_of(R * F.cross_entropy(layer(x[half]), target[half],
+                                        reduction="sum") / count)
+            for half in (slice(0, 20), slice(20, 40))]
 ddp = sum(per_rank) / R  # what DDP's all-reduce of the gradients computes
 print(f"largest difference from the gradient of the global mean: "
-      f"{(ddp - whole).abs().max():.1e} (without the factor R: {(ddp / R - whole).abs().max():.1e})")
+      f"{(ddp - whole).abs().max():.1e} "
+      f"(without the factor R: {(ddp / R - whole).abs().max():.1e})")
 
 # %% [markdown]
 # ```{solution-end}
@@ -130,28 +134,36 @@ print(f"largest difference from the gradient of the global mean: "
 
 # %% tags=["gpu", "nbval-ignore-output"]
 sizes = [[rows, 128256] for rows in (1024, 2048, 4096, 8192, 16384)]
-GPUS = torch.cuda.device_count()  # one GPU: the stored runs of two (book/results/*.json)
-one = launch_or_stored("ch8_solution_time_one_gpu", "time", 1, GPUS, sizes=sizes, echo=False)
-two = launch_or_stored("ch8_solution_time_two_gpus", "time", GPUS, GPUS, sizes=sizes, echo=False)
+# one GPU: the stored runs of two (book/results/*.json)
+GPUS = torch.cuda.device_count()
+one = launch_or_stored("ch8_solution_time_one_gpu", "time", 1, GPUS, sizes=sizes,
+                       echo=False)
+two = launch_or_stored("ch8_solution_time_two_gpus", "time", GPUS, GPUS, sizes=sizes,
+                       echo=False)
 scaling = ranks.scaling(one, two)
-n = torch.tensor([float(s["shape"].split("x")[0]) for s in scaling], dtype=torch.float64)
+n = torch.tensor([float(s["shape"].split("x")[0]) for s in scaling],
+                 dtype=torch.float64)
 t1 = torch.tensor([s["one_gpu_ms"] * 1e3 for s in scaling], dtype=torch.float64)  # µs
 t2 = torch.tensor([s["ms"] * 1e3 for s in scaling], dtype=torch.float64)
 (a, f1), (a2, f2) = (torch.linalg.lstsq(torch.stack([n / d, torch.ones_like(n)], 1),
                                         t[:, None]).solution.squeeze(1)
                      for d, t in ((1, t1), (2, t2)))
-print(f"fit: a = {a:.3f} µs per row (on 2 GPUs: {a2:.3f} per row of the whole vocabulary), "
-      f"f1 = {f1:.0f} µs, f2 = {f2:.0f} µs; model: 1.8x from n* = {(1.8 * f2 - f1) / (0.1 * a):.0f} rows")
+print(f"fit: a = {a:.3f} µs per row (on 2 GPUs: {a2:.3f} per row of the whole "
+      f"vocabulary), f1 = {f1:.0f} µs, f2 = {f2:.0f} µs; model: 1.8x from "
+      f"n* = {(1.8 * f2 - f1) / (0.1 * a):.0f} rows")
 for s in scaling:
-    print(f"{s['shape']:>13}: {s['one_gpu_ms'] * 1e3:7.0f} µs on 1 GPU, {s['ms'] * 1e3:6.0f} µs "
-          f"on {s['gpus']}: {s['speedup']:.2f}x  {s['verdict']}")
+    print(f"{s['shape']:>13}: {s['one_gpu_ms'] * 1e3:7.0f} µs on 1 GPU, "
+          f"{s['ms'] * 1e3:6.0f} µs on {s['gpus']}: "
+          f"{s['speedup']:.2f}x  {s['verdict']}")
 
 # %% [markdown]
 # What to change first: the fixed cost on two GPUs. The per-row PyTorch work between the
 # kernels (rescaling the sums, each row's loss, the scales of the gradient) is a handful of
 # small launches, each a few µs; folding it into the kernels (`shard_grad` can compute its own
-# row scale; a small kernel can finish the loss after the all-reduce) removes most of $f_2$
-# and $f_1$. One collective instead of two (exercise 8.1) saves one NCCL latency. Beyond that,
+# row scale; a small kernel can finish the loss after the all-reduce) removes the "other"
+# column of the chapter's profiler table: about half of $f_1$, and a smaller part of $f_2$,
+# which also holds the all-reduces and the wait for the slower rank (the NCCL column). One
+# collective instead of two (exercise 8.1) saves one NCCL latency. Beyond that,
 # overlap: start the next micro-batch's logits while this one's all-reduce is in flight.
 
 # %% [markdown]

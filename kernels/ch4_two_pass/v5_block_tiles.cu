@@ -16,7 +16,9 @@
 // bits (LOSS_KERNELS_BLOCKS caps it: blocks then loop over tiles).
 // Also new: up to kOneBlockMax elements, one block of 1024 threads reads everything and writes
 // the mean: no partials in memory, no second launch (at 2^12 elements version 3's kernel took
-// 4.3 µs, torch.compile's single program 1.8 µs).
+// 4.3 µs, torch.compile's single program 1.8 µs). Each thread issues all its loads before any
+// arithmetic (one_block_mean_vec): a loop that waited for each vector in turn left 2^13
+// elements 6-18% behind torch.compile, two trips to memory instead of one.
 // Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, two more changes:
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
@@ -26,20 +28,17 @@
 //    faster there (chapter 4's version 3 found the same).
 // bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
 // times what each buys. Tile sizes (4096-16384) and a warp per tile changed nothing measurable.
-// Still slow: at 2^12 elements the single block takes 6-11% longer than Inductor's program.
+// Still slow: at 2^12 elements the single block takes about 5% longer than Inductor's program.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "compiled_arch.cuh"
 #include "cuda_utils.cuh"
+#include "dependent_launch.cuh"
 #include "loss_args.h"
 #include "losses.cuh"
 #include "reduce.cuh"
 
-#ifndef DEPENDENT_LAUNCH  // 0: pass 2 is an ordinary launch (bench/v5_ablation.py)
-#define DEPENDENT_LAUNCH 1
-#endif
 #ifndef STREAM_LOADS  // 0: plain loads at every size (bench/v5_ablation.py)
 #define STREAM_LOADS 1
 #endif
@@ -128,20 +127,6 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
     return acc;
 }
 
-// Programmatic dependent launch (sm_90 on; PTX griddepcontrol): pass 1 lets the kernel queued
-// after it start early, and pass 2 waits until pass 1 has finished and its writes are visible.
-// Both are no-ops in a kernel launched without the attribute, and compiled out before sm_90.
-__device__ __forceinline__ void let_next_kernel_start() {
-#if DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if DEPENDENT_LAUNCH && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Pass 1: one float partial per tile.
 template <class Loss, bool kBroadcast, bool kStream>
 __global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
@@ -173,44 +158,60 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
     if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
+// The mean of a one-block sum: n <= 2^14 is exact in float, so one float division rounds the
+// exact quotient once. (A float64 division, then a rounding to float, gives the same bits here:
+// the quotient of a float by n <= 2^14 is never within float64's rounding of a float midpoint.)
+__device__ __forceinline__ float one_block_result(float sum, int64_t n) {
+    return sum / static_cast<float>(n);
+}
+
 // Small inputs: one block reads everything and writes the mean.
 template <class Loss, bool kBroadcast>
 __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs a, bool vector) {
     const float sum = block_sum<kOneBlockThreads>(
         thread_sum<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, 0, a.n, vector));
-    if (threadIdx.x == 0) *a.out = static_cast<float>(static_cast<double>(sum) / a.n);
+    if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
-// Pass 2 queued as a programmatic dependent launch where its kernel was built with
-// griddepcontrol.wait (compute capability 9 on; asked once per device), an ordinary launch
-// elsewhere: a dependent launch of a pass 2 that does not wait could read partials not yet written.
-static bool dependent_launch_supported() {
-    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    cudaGetDevice(&device);
-    if (!DEPENDENT_LAUNCH || device >= 64) return false;
-    if (cached[device] == 0) cached[device] = compiled_arch(finish_mean) >= 90 ? 2 : 1;
-    return cached[device] == 2;
-}
-
-static cudaError_t launch_finish(const float* partials, int64_t count, int64_t n, float* out,
-                                 cudaStream_t stream) {
-    cudaLaunchAttribute early[1];
-    early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    early[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(1);
-    config.blockDim = dim3(kFinalThreads);
-    config.stream = stream;
-    config.attrs = early;
-    config.numAttrs = dependent_launch_supported() ? 1 : 0;
-    return cudaLaunchKernelEx(&config, finish_mean, partials, count, n, out);
+// The same for 16-byte aligned inputs, as straight-line code: each thread issues all its loads
+// (up to kOneBlockUnroll per input) before any arithmetic, where one_block_mean's loop over the
+// vectors left waits for each load in turn (at 2^13 elements, two round trips to memory). The
+// same sums in the same order, so the same bits.
+template <class Loss, bool kBroadcast>
+__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean_vec(ReductionArgs a) {
+    const Loss loss;
+    const float4* pred = reinterpret_cast<const float4*>(a.pred);
+    const float4* target = reinterpret_cast<const float4*>(a.target);
+    const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
+    const int nvec = static_cast<int>(a.n / 4);
+    float4 p[kOneBlockUnroll], t[kOneBlockUnroll];
+#pragma unroll
+    for (int u = 0; u < kOneBlockUnroll; ++u) {
+        const int v = threadIdx.x + u * kOneBlockThreads;
+        if (v < nvec) {
+            p[u] = pred[v];
+            t[u] = kBroadcast ? __ldg(target + 4u * v % period / 4) : target[v];
+        }
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kOneBlockUnroll; ++u)
+        if (threadIdx.x + u * kOneBlockThreads < nvec)
+            acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
+                   (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
+    const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
+    if (i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
+    const float sum = block_sum<kOneBlockThreads>(acc);
+    if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
 template <class Loss, bool kBroadcast>
 static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
     if (a->n <= kOneBlockMax) {
-        one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
+        if (vector)
+            one_block_mean_vec<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
+        else
+            one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
         return cudaGetLastError();
     }
     const int64_t tile_elems = tile_size(a->n);
@@ -225,7 +226,8 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
                                                                    vector);
     const cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) return error;
-    return launch_finish(partials, tiles, a->n, a->out, stream);
+    return launch_dependent<finish_mean>(dim3(1), dim3(kFinalThreads), stream,
+                                         static_cast<const float*>(partials), tiles, a->n, a->out);
 }
 
 template <class Loss>
