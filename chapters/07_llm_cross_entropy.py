@@ -372,11 +372,12 @@ t = torch.randint(0, shape[1], (shape[0],), device="cuda")
 with torch.no_grad():
     kernel_us = bench.kernel_times("v4, forward", lambda a, b: cross_entropy(a, b, kernel=v4),
                                    (x, t))
-row_name, row_us = max(kernel_us.items(), key=lambda item: item[1])
+row_us = max(kernel_us.values())
 logits_gb = x.numel() * x.element_size() / 1e9
+row_gbps = logits_gb / row_us * 1e6
 call_us = 1e3 * get("fwd bfloat16", shape, v4_name)["ms"]
-print(f"\nthe row kernel alone: {row_us:.0f} us, {logits_gb / row_us * 1e6:.0f} GB/s, "
-      f"{logits_gb / row_us * 1e6 / READ_GBPS:.1%} of the read bandwidth")
+print(f"\nthe row kernel alone: {row_us:.0f} us, {row_gbps:.0f} GB/s, "
+      f"{row_gbps / READ_GBPS:.1%} of the read bandwidth")
 print(f"the call (the table above): {call_us:.0f} us, {logits_gb / call_us * 1e6:.0f} GB/s; "
       f"outside the row kernel: {call_us - row_us:.0f} us ({1 - row_us / call_us:.1%})")
 del x, t
@@ -385,16 +386,43 @@ del x, t
 # The row kernel reads at the read bandwidth printed at the top of the chapter, within the
 # timing's noise. What the call adds does not grow with the rows' length: the 4-byte memset of
 # the bad-target flag, the final kernel that adds the rows' losses in a fixed order, and the
-# idle time around the three (the call's time less its kernels', most of the difference
-# printed above; every timed call starts on an idle GPU after a cache clear, as all the
-# course's timings do). At this size those microseconds are the few percent the target misses
-# by; at 16384 x 65536 the logits are twice as large and the row passes. The kernel itself
-# was also written as a warp per row streaming its row through registers instead of shared
-# memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final
-# launch, by letting the last block to finish add the losses, was measured for version 3 (its
-# header) and was slower: every block then pays a fence and an atomic. So this row's limit is
-# the call's fixed cost, not the kernel's reading. Nsight Compute says more about the kernels
-# themselves.
+# idle time around them (the call's time less its kernels'). The final kernel is a
+# programmatic dependent launch, as chapter 4's pass 2: it starts while the rows' last blocks
+# run and waits for them on the device, so its time in the profiler includes that wait. The
+# kernel itself was also written as a warp per row streaming its row through registers instead
+# of shared memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing
+# the final launch, by letting the last block to finish add the losses, was measured for
+# version 3 (its header) and was slower: every block then pays a fence and an atomic.
+#
+# Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
+# L2 ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
+# does, L2 is left full of modified lines, and the timed call writes them back to memory as its
+# reads evict them. Cleared by reading a buffer, L2 holds only clean lines, which cost nothing
+# to evict. The course's timings read; the cell below times this call and `torch.sum` over the
+# same logits both ways:
+
+# %% tags=["gpu", "nbval-ignore-output"]
+x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+t = torch.randint(0, shape[1], (shape[0],), device="cuda")
+
+
+def v4_forward(a, b):
+    return cross_entropy(a, b, kernel=v4)
+
+
+with torch.no_grad():
+    for clear in ("write", "read"):
+        ours = bench.time_ms(v4_forward, [(x, t)], clear=clear)
+        total = bench.time_ms(torch.sum, [(x,)], clear=clear)
+        print(f"L2 cleared by a {clear:<5}: version 4 {1e3 * ours:4.0f} us "
+              f"({logits_gb / ours * 1e3:4.0f} GB/s), torch.sum {1e3 * total:4.0f} us "
+              f"({logits_gb / total * 1e3:4.0f} GB/s)")
+del x, t
+
+# %% [markdown]
+# The write-back costs every call the same few microseconds, whatever the call does, so
+# ratios between providers barely move; absolute bandwidths of calls that read about a
+# gigabyte rise by a few percent. Nsight Compute says more about the kernels themselves.
 #
 # ## What Nsight Compute shows
 #
@@ -410,7 +438,8 @@ import torch
 from kernels import load
 from kernels.cross_entropy import cross_entropy
 k = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
-for (rows, classes), dtype in (((8192, 128256), torch.bfloat16), ((4096, 131072), torch.float32)):
+for (rows, classes), dtype in (((8192, 128256), torch.bfloat16),
+                               ((4096, 131072), torch.float32)):
     x = torch.randn(rows, classes, device="cuda", dtype=dtype).requires_grad_()
     t = torch.randint(0, classes, (rows,), device="cuda")
     cross_entropy(x, t, kernel=k).backward()

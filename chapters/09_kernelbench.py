@@ -436,7 +436,7 @@ for r in course:
           f"(bytes say {EXPECTED[r.problem]:.0f}x), "
           f"{100 * r.gbps / PEAK:.0f}% of the read bandwidth"
           + (f"; note: {r.notes[0]}" if r.notes else ""))
-    print(f"{'':22}vs torch.compile {rule:.2f}x under KernelBench's rule ({standing(rule)}), "
+    print(f"{'':4}vs torch.compile {rule:.2f}x under KernelBench's rule ({standing(rule)}), "
           f"{alone:.2f}x on the GPU alone ({standing(alone)})")
 
 # %% [markdown]

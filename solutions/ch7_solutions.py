@@ -144,8 +144,8 @@ for chunk in (512, 896, 1024, 2048, 4096, 8192):
     total = products_ms + logits_ms + grad_w_ms(chunk)
     over = total / products_ms - 1
     print(f"chunk {chunk:>5}: weight-gradient traffic {grad_w_ms(chunk):5.1f} ms "
-          f"({grad_w_ms(chunk) / products_ms:4.0%} of the products), "
-          f"total {total:5.1f} ms ({over:+.0%} over the products), "
+          f"({grad_w_ms(chunk) / products_ms:4.0%} of the products),\n"
+          f"{'':13}total {total:5.1f} ms ({over:+.0%} over the products), "
           f"scratch {chunk * V * 2 / 2**30:.2f} GiB")
     if within is None and grad_w_ms(chunk) <= 0.05 * products_ms:
         within = chunk

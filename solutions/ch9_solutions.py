@@ -67,12 +67,15 @@ show_source(os.path.join(SOLUTIONS, "ch9_model_new.py"), fold=False)
 # then KernelBench's problem 100 under the chapter's rules and checks, in a process of its own:
 
 # %% tags=["gpu"]
-ModelNew = kernelbench.model_from_source(open(os.path.join(SOLUTIONS, "ch9_model_new.py")).read())
+ModelNew = kernelbench.model_from_source(
+    open(os.path.join(SOLUTIONS, "ch9_model_new.py")).read())
 g = torch.Generator(device="cuda").manual_seed(0)
-for pred_shape, target_shape in (((7, 33), (33,)), ((7, 33), (7, 1)), ((64, 64), (64, 64))):
+for pred_shape, target_shape in (((7, 33), (33,)), ((7, 33), (7, 1)),
+                                 ((64, 64), (64, 64))):
     p = torch.randn(pred_shape, generator=g, device="cuda")
     t = torch.randint(0, 2, target_shape, generator=g, device="cuda").float() * 2 - 1
-    print(pred_shape, target_shape, torch.allclose(ModelNew()(p, t), kernelbench.Model100()(p, t)))
+    print(pred_shape, target_shape,
+          torch.allclose(ModelNew()(p, t), kernelbench.Model100()(p, t)))
 
 # %% tags=["gpu", "nbval-ignore-output"]
 problem, size = kernelbench.sized_for(100, torch.cuda.mem_get_info()[0])

@@ -26,6 +26,8 @@
 //   sign bits for the mean's divisor: no targets read again (version 1's final kernel read
 //   losses and targets one at a time: 9.7 µs at 32768 rows). Beyond 32768 rows, many blocks
 //   first add fixed chunks of 32768 losses (13M rows of 10 classes took one block 1.2 ms).
+//   From sm_90 the final kernels are programmatic dependent launches (chapter 4's version 5):
+//   they start while the rows' last blocks run and wait for them on the device.
 //   Out-of-range targets set a flag (zeroed by a 4-byte memset) directly from the row kernel;
 //   reduction "none" needs no final kernel at all. Tried and dropped: the last block to finish adds the losses (a counter per
 //   block, no final launch): each of the 32768 blocks then paid a fence and an atomic before
@@ -60,6 +62,7 @@
 #include <assert.h>
 
 #include "cuda_utils.cuh"
+#include "dependent_launch.cuh"
 #include "loss_args.h"
 
 // ---------------------------------------------------------------------------------------------
@@ -225,6 +228,7 @@ __device__ __forceinline__ A grad_scale(const CrossEntropyArgs& a, const RowTarg
 template <class T, int kTPR, int kVec, int kLoads>
 __global__ void __launch_bounds__(kTPR > 32 ? kTPR : kGroupThreads)
 row_cached(CrossEntropyArgs a) {
+    let_next_kernel_start();
     using A = typename AccOf<T>::type;
     constexpr int kBlock = kTPR > 32 ? kTPR : kGroupThreads;
     constexpr int kRowsPerBlock = kBlock / kTPR;
@@ -325,6 +329,7 @@ row_cached(CrossEntropyArgs a) {
 // is 16-byte aligned (the binding copies it otherwise); kVec == 1 serves fp64 (gradcheck).
 template <class T, int kVec>
 __global__ void __launch_bounds__(kStreamThreads) row_streaming(CrossEntropyArgs a) {
+    let_next_kernel_start();
     using A = typename AccOf<T>::type;
     constexpr int kTPR = kStreamThreads;
     __shared__ A smem[3 * (kTPR / 32)];
@@ -504,6 +509,8 @@ template <class A> __device__ __forceinline__ double* chunk_sums(const CrossEntr
 
 template <class A>
 __global__ void __launch_bounds__(kCountThreads) sum_chunks(CrossEntropyArgs a) {
+    wait_for_previous_kernel();
+    let_next_kernel_start();
     const int64_t begin = blockIdx.x * kFinishChunk;
     const int64_t end = begin + kFinishChunk < a.rows ? begin + kFinishChunk : a.rows;
     double acc;
@@ -518,6 +525,7 @@ __global__ void __launch_bounds__(kCountThreads) sum_chunks(CrossEntropyArgs a) 
 
 template <class T, class A>
 __global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
+    wait_for_previous_kernel();
     double acc = 0.0;
     long long ignored = 0;
     if (a.rows <= kFinishChunk) {
@@ -659,14 +667,15 @@ static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
     if (a->grad && a->reduction == REDUCTION_MEAN)
         gradient_factor<A><<<1, kCountThreads, 0, stream>>>(*a);
     launch_rows<T>(a, stream);
-    if (a->reduction != REDUCTION_NONE) {
-        if (a->rows > kFinishChunk) {
-            const unsigned chunks = static_cast<unsigned>(ceil_div(a->rows, kFinishChunk));
-            sum_chunks<A><<<chunks, kCountThreads, 0, stream>>>(*a);
-        }
-        finish<T, A><<<1, kCountThreads, 0, stream>>>(*a);
+    if (a->reduction == REDUCTION_NONE) return cudaGetLastError();
+    // The final kernels start while the rows' last blocks run, and wait for them on the device.
+    if (a->rows > kFinishChunk) {
+        const unsigned chunks = static_cast<unsigned>(ceil_div(a->rows, kFinishChunk));
+        err = launch_dependent<sum_chunks<A>>(dim3(chunks), dim3(kCountThreads), stream, *a);
+        if (err != cudaSuccess) return err;
     }
-    return cudaGetLastError();
+    err = launch_dependent<finish<T, A>>(dim3(1), dim3(kCountThreads), stream, *a);
+    return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStream_t s) {

@@ -65,6 +65,7 @@ template <class T>
 __global__ void __launch_bounds__(kClusterThreads) row_cluster(CrossEntropyArgs a,
                                                                int64_t vecs_per_block) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    let_next_kernel_start();  // the final kernels may be scheduled (common/dependent_launch.cuh)
     using A = float;
     constexpr int kVec = 16 / sizeof(T);
     using V = Vec<T, kVec>;

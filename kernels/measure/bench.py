@@ -104,22 +104,28 @@ def rotation_count(bytes_per_call: int, l2_bytes: int, free_bytes: int, limit: i
     return int(max(1, min(wanted, limit, affordable)))
 
 
-def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
+def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
+            clear: str = "read") -> float:
     """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``.
 
-    Before each timed call a 256 MB buffer (at least twice L2) is cleared, as
-    ``triton.testing.do_bench`` does, which evicts the inputs from L2, and a sleep kernel is
-    queued after it. Together they keep the GPU busy (about 0.2 ms on an H100) while Python
-    launches the call, so the events measure the GPU's work rather than the host's launch
-    overhead (:func:`launch_overhead_ms` measures that), even when the host stalls for a moment
-    (a garbage collection, torch.compile's worker processes): with the clear alone, such
-    stalls made whole measurements host-bound in some runs.
+    Before each timed call a 256 MB buffer (at least twice L2) is read, which evicts the inputs
+    from L2, and a sleep kernel is queued after it. Together they keep the GPU busy (about
+    0.2 ms on an H100) while Python launches the call, so the events measure the GPU's work
+    rather than the host's launch overhead (:func:`launch_overhead_ms` measures that), even
+    when the host stalls for a moment (a garbage collection, torch.compile's worker processes):
+    with the clear alone, such stalls made whole measurements host-bound in some runs.
+
+    ``clear="write"`` clears L2 by writing the buffer instead, as ``triton.testing.do_bench``
+    does. That leaves L2 full of modified lines, which the timed call then writes back to memory
+    as its own reads evict them: about 10 µs more per call on an H100, whatever the call does
+    (chapter 7 measures it). Reading leaves only clean lines, so the time is the call's own.
     """
     import torch
 
     reps = reps or REPS
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    flush = torch.empty(max(2 * l2, 256 << 20), dtype=torch.int8, device="cuda")
+    buffer = torch.ones(max(2 * l2, 256 << 20) // 4, device="cuda")
+    evict = {"read": buffer.sum, "write": buffer.zero_}[clear]
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -127,7 +133,7 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None) -> float:
     torch.cuda.synchronize()
     for i in range(reps):
         args = arg_sets[i % len(arg_sets)]
-        flush.zero_()
+        evict()
         torch.cuda._sleep(LEAD_CYCLES)
         starts[i].record()
         fn(*args)
