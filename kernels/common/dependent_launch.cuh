@@ -31,7 +31,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // once per device): a dependent launch of a kernel that does not wait could read what the
 // previous kernel has not written yet.
 template <auto kKernel>
-static bool waits_for_previous_kernel() {
+static bool built_to_wait() {
     static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
     int device = 0;
     cudaGetDevice(&device);
@@ -51,6 +51,6 @@ static cudaError_t launch_dependent(dim3 grid, dim3 block, cudaStream_t stream, 
     config.blockDim = block;
     config.stream = stream;
     config.attrs = early;
-    config.numAttrs = waits_for_previous_kernel<kKernel>() ? 1 : 0;
+    config.numAttrs = built_to_wait<kKernel>() ? 1 : 0;
     return cudaLaunchKernelEx(&config, kKernel, args...);
 }

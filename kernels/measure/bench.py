@@ -125,7 +125,9 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
     reps = reps or REPS
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     buffer = torch.ones(max(2 * l2, 256 << 20) // 4, device="cuda")
-    evict = {"read": buffer.sum, "write": buffer.zero_}[clear]
+    if clear not in ("read", "write"):
+        raise ValueError(f"clear must be 'read' or 'write', not {clear!r}")
+    evict = buffer.sum if clear == "read" else buffer.zero_
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
