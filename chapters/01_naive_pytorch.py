@@ -609,13 +609,10 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
       f"{len(traces['mse'])} kernels")
 
 # %% [markdown]
-# At the smallest sizes every loss but compiled Hinge takes a small multiple of the empty
+# At the smallest sizes every loss takes a small multiple of the empty
 # kernel's GPU time (the table's "x the 1-element add" column), and its time grows far more
 # slowly than the size: the GPU is not busy with the data but with launching kernels, each on
-# a grid too small to fill the GPU. Two compiled points of this run do not fit that picture:
-# compiled Hinge at its smallest size (its row of the table) and compiled cross-entropy at 64
-# rows (262,144 elements in its throughput table) take several times longer than the next
-# compiled size, which moves 16 times the bytes, so the launch floor does not explain them.
+# a grid too small to fill the GPU.
 # Eager mode launches a kernel per operator; `torch.compile` launches fewer for the
 # element-wise losses, but not for cross-entropy (three kernels against eager's two in the
 # profiler output above). `kernels.bench.time_ms` keeps the GPU
@@ -623,8 +620,8 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
 # GPU times: the host's own work per call comes on top in a real loop (the 1-element add took
 # several times its GPU time from call to result, above), and for `torch.compile` it includes
 # Dynamo's checks that the inputs still match the compiled shapes and Inductor's wrapper.
-# Eager and compiled MSE and Smooth L1 reach half of their best at the same size, compiled MSE
-# only just: in the mse table above it sits barely over half its best there. Compiled Hinge and
+# Eager and compiled MSE and Smooth L1 reach half of their best at the same size (the tables
+# above). Compiled Hinge and
 # cross-entropy need larger inputs for that than eager mode does (the table). Below
 # the crossing, making a kernel faster changes little; what counts there is the number of
 # launches and the work done per call. (The compiled curves are

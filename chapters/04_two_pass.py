@@ -354,8 +354,8 @@ torch.cuda.empty_cache()
 # from the top. Chapter 2's version 4, whose block sums all meet in one float through atomics,
 # is the furthest from the float64 mean, several ulp away. Version 4's `mse_sequential`, which
 # keeps a lane's whole share in one float, comes next, about two ulp away. Chapter 3's
-# version 6 (atomics, but only one per resident block) is within an ulp in this run, as
-# `torch.mean` is (the atomic ones move from run to run). Every
+# version 6 (atomics, but only one per resident block) moves from run to run, as the atomic
+# ones do (in this run, see its line); `torch.mean` is within an ulp. Every
 # variant whose float32 sums are short (a tile) lands on the same float32 value, a small
 # fraction of an ulp from the float64 mean, that is, the float32 value nearest to it: with the
 # float64 final pass (versions 1 to 3), with the float32 final pass (`mse_float_tree`) and with
@@ -400,7 +400,7 @@ del pred, target
 # single program.
 #
 # Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
-# tens of microseconds and the first version 5 was a few percent to a sixth slower than
+# microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
 # `torch.compile`:
 #
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
@@ -529,17 +529,16 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
 # `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s, from
-# `bench/v5_ablation.py`'s run, and the chapter's own sweep): at most sizes version 5 is
-# ahead. At $2^{12}$ elements `torch.compile`'s single program is still ahead of our single
-# block, for all three losses. At the middle sizes of the chapter's sweep, Smooth L1 at
-# $2^{20}$ and Hinge from $2^{18}$ to $2^{22}$ elements, `torch.compile` comes out ahead: by a
-# few percent, and by more for Hinge at $2^{18}$ and $2^{20}$ (the chapter's own sweep, the
-# second cell below; Smooth L1 is level at $2^{18}$ and $2^{24}$). In the ablation's run
-# version 5 is level with Hinge's `torch.compile` at those sizes, or a little ahead (that run
-# has no Smooth L1), so part of the gap is the spread between runs, and part of it is not
-# closed yet (`bench/reduction_targets.py` takes the median of three runs). Smooth L1's row at
-# $2^{22}$ is a slip of the measurement, not a win: there `torch.compile` took longer than at
-# $2^{24}$, and longer than eager PyTorch. The ablation's run timed an earlier build of
+# `bench/v5_ablation.py`'s run, and the chapter's own sweep). Version 5 is well ahead at
+# $2^{14}$ elements and level or a little ahead from $2^{26}$ up, for all three losses. At
+# $2^{12}$ elements `torch.compile`'s single program is still ahead of our single block, for
+# all three losses. In between, from $2^{16}$ to $2^{24}$ elements, where a call takes
+# microseconds, not milliseconds, the chapter's single sweep is mixed: for each loss `torch.compile` is
+# ahead at some of these sizes, by a few percent and at some by over a tenth, and version 5 at
+# others, and which sizes these are changes from run to run (the ablation's run, the first
+# table, has version 5 level or ahead at most of them; that run has no Smooth L1). So part of
+# the gap is the spread between runs, and part of it is not closed yet:
+# `bench/reduction_targets.py` takes the median of three runs. The ablation's run timed an earlier build of
 # version 5, whose single block (up to $2^{14}$ elements) waited for each load in turn; from
 # $2^{16}$ elements up it ran the kernels of this one. The columns without a switch show what
 # each change buys: the ordinary launch of pass 2 costs about a microsecond from $2^{16}$

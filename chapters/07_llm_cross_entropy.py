@@ -383,10 +383,11 @@ print(f"the call (the table above): {call_us:.0f} us, {logits_gb / call_us * 1e6
 del x, t
 
 # %% [markdown]
-# The row kernel reads at the read bandwidth printed at the top of the chapter, within the
-# timing's noise. What the call adds does not grow with the rows' length: the 4-byte memset of
-# the bad-target flag, the final kernel that adds the rows' losses in a fixed order, and the
-# idle time around them (the call's time less its kernels'). The final kernel is a
+# The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
+# above the forward's target; the call misses the target by what it adds outside that kernel
+# (the last line above). That does not grow with the rows' length: the 4-byte memset of the
+# bad-target flag, the final kernel that adds the rows' losses in a fixed order, and the idle
+# time around them. The final kernel is a
 # programmatic dependent launch, as chapter 4's pass 2: it starts while the rows' last blocks
 # run and waits for them on the device, so its time in the profiler includes that wait. The
 # kernel itself was also written as a warp per row streaming its row through registers instead
@@ -422,7 +423,10 @@ del x, t
 # %% [markdown]
 # The write-back costs every call the same few microseconds, whatever the call does, so
 # ratios between providers barely move; absolute bandwidths of calls that read about a
-# gigabyte rise by a few percent. Nsight Compute says more about the kernels themselves.
+# gigabyte rise by a few percent. Even cleared by a read, version 4's call stays just short of
+# its target (the MISS line above), while `torch.sum` over the same logits, one kernel with no
+# final sum of rows, reaches it: the gap is the call's fixed cost outside the row kernel.
+# Nsight Compute says more about the kernels themselves.
 #
 # ## What Nsight Compute shows
 #

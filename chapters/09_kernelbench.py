@@ -440,21 +440,21 @@ for r in course:
           f"{alone:.2f}x on the GPU alone ({standing(alone)})")
 
 # %% [markdown]
-# Against eager, each loss lands near what its bytes say, cross-entropy included: eager's
+# Against eager, each loss lands near what its bytes say, or above it for cross-entropy: eager's
 # `log_softmax` writes and reads its gigabyte, ours reads the logits once. Hinge's speed-up is
 # close to the 10x at which KernelBench asks a human to look: an honest speed-up over eager can
 # be large when eager is wasteful, which is why KernelBench also reports the speed-up over
 # `torch.compile`.
 #
 # Against `torch.compile` the two timings can tell different stories (in this run they do for
-# Hinge), and the second line of each problem says which (level means within 3%).
+# Huber), and the second line of each problem says which (level means within 3%).
 # Cross-entropy is ahead in both: `torch.compile`'s kernel for rows of 4096 logits takes longer
 # than ours, which keeps a row in registers and reads it once. Under KernelBench's rule every
 # call starts on an idle GPU, so the host's work to launch a program counts wherever it
 # outlasts the L2 flush queued ahead of it; the course's operators pass through PyTorch's
 # dispatcher and their autograd registration in Python before their kernel launches, the
 # compiled programs through their guards. That is why the rule's column is the longer one for
-# most programs of the table above.
+# the programs of the table above.
 #
 # For the element-wise losses, on the GPU alone the course's three kernels and the compiler's
 # are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
@@ -463,8 +463,8 @@ for r in course:
 # few hundredths and over a tenth of a millisecond for the course's element-wise programs and
 # the compiled ones alike (eager's is smaller), and it moves from run to run by about as much
 # as the programs differ, so the rule's standings of these three problems (the lines above)
-# change between runs: in this run Hinge is the one behind; in earlier runs
-# (`bench/PERFLOG.md`) MSE was ahead in one and behind in another.
+# change between runs: in this run none is behind and Huber is ahead; in
+# earlier runs (`bench/PERFLOG.md`) MSE was ahead in one and behind in another.
 # Timed on the host with the GPU kept busy, one call of a course operator takes about as long
 # as the flush itself, most of it in the op's own call: dispatch, allocations, two launches
 # (`bench/PERFLOG.md` has the profile). Where the margin is a few percent, either way, the

@@ -180,9 +180,9 @@ if not swept:
 # traffic term relatively larger. The chapter's sweep goes the same way, larger chunks mostly
 # faster (its plot of time against memory), and adds what the model leaves out: the shape of
 # the products (896 rows ran slower than 768). Its measured steps, set against the model's
-# totals in the lines just above (`book/results/ch7_chunks.csv`), come out within a few
-# percent of them, on either side, by the percentages printed there: the model is a
-# first-order account of the time, not a prediction to the millisecond.
+# totals in the lines just above (`book/results/ch7_chunks.csv`), come out at or a few
+# percent below them, by the percentages printed there (in earlier runs, on either side): the
+# model is a first-order account of the time, not a prediction to the millisecond.
 #
 # ```{solution-end}
 # ```

@@ -17,8 +17,8 @@
 // Also new: up to kOneBlockMax elements, one block of 1024 threads reads everything and writes
 // the mean: no partials in memory, no second launch (at 2^12 elements version 3's kernel took
 // 4.3 µs, torch.compile's single program 1.8 µs). Each thread issues all its loads before any
-// arithmetic, the vectors left after its whole steps too (thread_sum): a loop that waited for
-// each of those in turn left 2^13 elements 6-18% behind torch.compile.
+// arithmetic (one_block_mean_vec): a loop that waited for each vector in turn left 2^13
+// elements 6-18% behind torch.compile, two trips to memory instead of one.
 // Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, two more changes:
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
@@ -85,8 +85,7 @@ template <bool kStream, class T> __device__ __forceinline__ T read(const T* p) {
 
 // This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
 // range, in whole steps of kLoads per input (all issued before any arithmetic, no bounds checks),
-// then one step over the vectors left (fewer than kLoads, loads again first), then the last 0-3
-// elements. kStream: evict-first loads.
+// then the vectors left one at a time, then the last 0-3 elements. kStream: evict-first loads.
 // vector: pred and target are 16-byte aligned, and start is a multiple of 4 (so is a broadcast
 // target's length). A broadcast target repeats with period target_len (< 2^31 then), and stays
 // in the caches: it is read with __ldg whatever kStream says.
@@ -117,21 +116,10 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
                 acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
                        (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
         }
-        // Fewer than kLoads vectors left for this thread: their loads are issued first too (a
-        // loop over them waited for each in turn: at 2^13 elements, two trips to memory).
-        float4 p[kLoads], t[kLoads];
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-            if (v + u * kBlock < nvec) {
-                p[u] = read<kStream>(pred + v + u * kBlock);
-                t[u] = target_at(v + u * kBlock);
-            }
+        for (; v < nvec; v += kBlock) {
+            const float4 p = read<kStream>(pred + v), t = target_at(v);
+            acc += (loss(p.x, t.x) + loss(p.y, t.y)) + (loss(p.z, t.z) + loss(p.w, t.w));
         }
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u)
-            if (v + u * kBlock < nvec)
-                acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
-                       (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
         scalars_from = start + 4 * nvec;
     }
     for (int64_t i = scalars_from + threadIdx.x; i < end; i += kBlock)
@@ -185,10 +173,45 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
+// The same for 16-byte aligned inputs, as straight-line code: each thread issues all its loads
+// (up to kOneBlockUnroll per input) before any arithmetic, where one_block_mean's loop over the
+// vectors left waits for each load in turn (at 2^13 elements, two round trips to memory). The
+// same sums in the same order, so the same bits.
+template <class Loss, bool kBroadcast>
+__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean_vec(ReductionArgs a) {
+    const Loss loss;
+    const float4* pred = reinterpret_cast<const float4*>(a.pred);
+    const float4* target = reinterpret_cast<const float4*>(a.target);
+    const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
+    const int nvec = static_cast<int>(a.n / 4);
+    float4 p[kOneBlockUnroll], t[kOneBlockUnroll];
+#pragma unroll
+    for (int u = 0; u < kOneBlockUnroll; ++u) {
+        const int v = threadIdx.x + u * kOneBlockThreads;
+        if (v < nvec) {
+            p[u] = pred[v];
+            t[u] = kBroadcast ? __ldg(target + 4u * v % period / 4) : target[v];
+        }
+    }
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kOneBlockUnroll; ++u)
+        if (threadIdx.x + u * kOneBlockThreads < nvec)
+            acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
+                   (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
+    const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
+    if (i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
+    const float sum = block_sum<kOneBlockThreads>(acc);
+    if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
+}
+
 template <class Loss, bool kBroadcast>
 static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
     if (a->n <= kOneBlockMax) {
-        one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
+        if (vector)
+            one_block_mean_vec<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
+        else
+            one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
         return cudaGetLastError();
     }
     const int64_t tile_elems = tile_size(a->n);

@@ -67,9 +67,9 @@ def time_trials(fn, args, trials: int | None = None, warmup: int = WARMUP_NEW,
 
     Each trial: ``refill()``, if given, writes new values into ``args`` and returns what the
     output should be; bump the inputs' version counters; synchronise the device; start the wall
-    clock; evict L2 by clearing a buffer (256 MB or twice L2, as ``kernels.bench.time_ms``);
-    record the start event, call, record the end event; synchronise the device (every stream),
-    stop the wall clock; ``verify(output, expected)``, if given, says whether the output was
+    clock; evict L2 by writing a buffer (256 MB or twice L2, as KernelBench does, where
+    ``kernels.bench.time_ms`` reads one); record the start event, call, record the end event;
+    synchronise the device (every stream), stop the wall clock; ``verify(output, expected)``, if given, says whether the output was
     right. Only the call is between the events: new inputs and checks cost the timing nothing.
     The flush runs on the GPU while the host records the start event and launches the call, so
     the events measure the GPU's work rather than the launch.
