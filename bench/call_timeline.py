@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 REPS = 20
 SLEEP_KERNEL = "spin"  # torch.cuda._sleep's kernel
-GAP_US = 50  # kernels further apart than this belong to different repetitions
+GAP_US = 500  # kernels further apart belong to different repetitions (1 ms sleep)
 
 
 def repetitions(kernels: list) -> list[list]:
@@ -56,6 +57,7 @@ def timeline(label: str, fn, args) -> None:
             torch.cuda._sleep(bench.LEAD_CYCLES)
             fn(*args)
             torch.cuda.synchronize()
+            time.sleep(1e-3)
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA]
     calls = []
