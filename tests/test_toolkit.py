@@ -344,6 +344,13 @@ def test_rotation_count(per_call, l2, free, limit, expected):
     assert bench.rotation_count(per_call, l2, free, limit) == expected
 
 
+def test_time_ms_rejects_an_unknown_clear_before_touching_the_gpu():
+    # Only "read" (clean lines, the book's timings) and "write" (triton's do_bench) exist: a
+    # typo must not fall back to one of them silently.
+    with pytest.raises(ValueError, match="clear must be 'read' or 'write', not 'zero'"):
+        bench.time_ms(lambda: None, [()], clear="zero")
+
+
 def test_element_wise_shape():
     assert bench.element_wise_shape(4096, "mse") == (4096,)
     assert bench.element_wise_shape(4096, "smooth_l1") == (4096,)

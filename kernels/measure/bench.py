@@ -122,11 +122,11 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
     """
     import torch
 
+    if clear not in ("read", "write"):
+        raise ValueError(f"clear must be 'read' or 'write', not {clear!r}")
     reps = reps or REPS
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     buffer = torch.ones(max(2 * l2, 256 << 20) // 4, device="cuda")
-    if clear not in ("read", "write"):
-        raise ValueError(f"clear must be 'read' or 'write', not {clear!r}")
     evict = buffer.sum if clear == "read" else buffer.zero_
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
