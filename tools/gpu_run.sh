@@ -17,8 +17,9 @@
 # Jupyter's packages come as wheels in .whl/ (../shared/tools/gpu-wheelhouse.sh .whl).
 # With $OUT set, everything produced is packed into $OUT/outputs.tgz (and the small-GPU copies
 # into $OUT/small_gpu.tgz), again after each notebook, so a run cut off by a time limit still
-# returns the notebooks it finished. With $DEADLINE (seconds), the notebook stages start no
-# notebook once the run is older than that, and say which they skipped.
+# returns the notebooks it finished; the packs of several calls can be unpacked in turn. With
+# $DEADLINE (seconds), the notebook and target stages start nothing once the run is older than
+# that, and say what they skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then
@@ -27,7 +28,9 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD_DIR:-/tmp/kernels-build}
-# $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $BUILD_FILES the builds;
+# $NOTEBOOKS (space-separated) narrows the execute and nbval stages; $TARGETS the targets stage
+# (names of bench/<name>_targets.py: reduction cross_entropy operator llm_cross_entropy, each
+# started only within $DEADLINE too); $BUILD_FILES the builds;
 # $TESTS the tests stage (test files or folders), whose records for the reliability page are
 # kept in book/results/reliability_records.jsonl: to split the suites over two calls, copy the
 # first call's file into the checkout (the device's copy is replaced by the checkout's at each
@@ -35,17 +38,20 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} KERNELS_BUILD_DIR=${KERNELS_BUILD
 # KEEP_RECORDS=1.
 read -r -a notebooks <<< "${NOTEBOOKS:-$(python3 -m kernels.course.book | tr '\n' ' ')}"
 status=0
-executed=()  # only these notebooks go back in outputs.tgz: the others are the checkout's own
+# outputs.tgz holds only the files this call wrote: the notebooks it executed and the results,
+# pages and records it produced, found as newer than a marker made when the call began (one per
+# $OUT, so a second invocation in the same call, nbval after execute, packs the first one's
+# files too). The checkout's other copies never go back: unpacked after a later call's, they
+# would put its older results in place of the new ones.
+if [ -n "${OUT:-}" ] && [ ! -f "$OUT/gpu_run_started" ]; then touch "$OUT/gpu_run_started"; fi
 
-pack() {  # what this run produced so far, into $OUT
+pack() {  # what this call produced so far, into $OUT
   [ -n "${OUT:-}" ] || return 0
-  # A second invocation in the same call (nbval after execute) executes nothing: it must not
-  # replace the first one's notebooks with the checkout's results alone.
-  if [ ${#executed[@]} -eq 0 ] && [ -f "$OUT/outputs.tgz" ]; then
-    echo "kept $OUT/outputs.tgz: this invocation executed no notebook"; return 0
-  fi
-  tar czf "$OUT/outputs.tgz" "${executed[@]}" book/results book/status.md \
-    $(ls book/reliability.md 2>/dev/null)
+  local produced
+  mapfile -t produced < <(find chapters solutions book -type f -newer "$OUT/gpu_run_started" \
+    \( -name '*.ipynb' -o -path 'book/results/*' -o -name status.md -o -name reliability.md \) \
+    -not -path '*/.ipynb_checkpoints/*' -not -path 'book/_build/*' | sort)
+  if [ ${#produced[@]} -gt 0 ]; then tar czf "$OUT/outputs.tgz" "${produced[@]}"; fi
   if [ -d /tmp/small-gpu ]; then tar czf "$OUT/small_gpu.tgz" -C /tmp/small-gpu .; fi
 }
 
@@ -62,7 +68,6 @@ for stage in "$@"; do
     execute) for nb in "${notebooks[@]}"; do
                in_time "$nb" || continue
                python3 tools/execute.py "$nb" || status=1
-               executed+=("$nb")
                python3 tools/status.py
                pack
              done ;;
@@ -82,10 +87,10 @@ for stage in "$@"; do
                -o addopts="" ${TESTS:-tests/gpu} --timeout 900 || status=1
              [ ! -f "$records" ] || [ "$records" -ef "$kept" ] || cp "$records" "$kept"  # the page's data comes back
              python3 tools/reliability_report.py "$records" || status=1 ;;
-    targets) python3 bench/reduction_targets.py || status=1
-             python3 bench/cross_entropy_targets.py || status=1
-             python3 bench/operator_targets.py || status=1
-             python3 bench/llm_cross_entropy_targets.py || status=1 ;;
+    targets) for script in ${TARGETS:-reduction cross_entropy operator llm_cross_entropy}; do
+               in_time "bench/${script}_targets.py" || continue
+               python3 "bench/${script}_targets.py" || status=1
+             done ;;
     smallgpu) for nb in "${notebooks[@]}"; do
                 in_time "$nb" || continue
                 KERNELS_ARCHS=7.5+PTX KERNELS_BENCH_REPS=10 KERNELS_RESULTS_DIR=/tmp/small-results \
