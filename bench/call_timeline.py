@@ -1,6 +1,6 @@
 """Where a call's GPU time goes between its kernels: a probe, not a benchmark.
 
-    python bench/call_timeline.py        # on the GPU machine, about a minute
+    python bench/call_timeline.py        # on the GPU machine, about two minutes
 
 ``bench.time_ms`` gives a call's time between two events; ``bench.kernel_times`` gives each
 kernel's time. Neither says where the rest goes: the wait before the call's first kernel, the
@@ -11,7 +11,10 @@ then the call's events time, for the calls that still miss their targets (issue 
 
 - cross-entropy forward, bf16 32768 x 16384, version 4, beside torch.sum over the same logits
   (3000 GB/s is the target; the row kernel alone reads faster than torch.sum);
-- MSE at 2^12 elements, version 5 against torch.compile (about 5% slower in every run).
+- MSE at 2^12 elements, version 5 against torch.compile (about 5% slower in every run);
+- the LM head's step at T=8192, H=4096, V=128256, the course's fused head and torch.compile's:
+  the kernels' total, the gaps between them, and the largest gaps (session 20's profile found
+  the GPU idle about 1 ms of the fused head's step, which the products do not explain).
 """
 
 from __future__ import annotations
@@ -40,19 +43,22 @@ def repetitions(kernels: list) -> list[list]:
     return groups + [current] if current else groups
 
 
-def timeline(label: str, fn, args) -> None:
-    """Print each kernel of ``fn(*args)`` after the clear and the sleep, as ``time_ms`` runs it."""
+def short(name: str) -> str:
+    return name.removeprefix("void ").split("(")[0].strip()[:48]
+
+
+def profiled_calls(fn, args, reps: int) -> list[list]:
+    """Each repetition's kernels (name, start, end), in µs from the end of its sleep kernel."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from kernels import bench
 
-    print(f"{label}: events {1e3 * bench.time_ms(fn, [args]):.1f} us (bench.time_ms)")
-    buffer = torch.ones(256 << 18, device="cuda")
+    buffer = torch.ones(256 << 18, device="cuda")  # 256 MB, as time_ms reads
     fn(*args)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(REPS):
+        for _ in range(reps):
             buffer.sum()
             torch.cuda._sleep(bench.LEAD_CYCLES)
             fn(*args)
@@ -67,23 +73,58 @@ def timeline(label: str, fn, args) -> None:
             origin = group[sleep[-1]][2]
             calls.append([(name, start - origin, end - origin)
                           for name, start, end in group[sleep[-1] + 1:]])
+    return calls
+
+
+def gap_summary(calls: list[list], top: int = 5) -> None:
+    """For calls of many kernels: where the GPU waited between them (the first repetition's
+    largest gaps, and the medians of the totals)."""
+    def gaps(call):
+        return [(b[1] - a[2], a[0], b[0]) for a, b in zip(call, call[1:])]
+
+    busy = statistics.median(sum(end - start for _, start, end in call) for call in calls)
+    span = statistics.median(call[-1][2] for call in calls)
+    idle = statistics.median(sum(max(g, 0.0) for g, _, _ in gaps(call)) for call in calls)
+    print(f"  {len(calls[0])} kernels; first starts {statistics.median(c[0][1] for c in calls):.1f}"
+          f" us after the sleep, last ends at {span:.1f}; kernels {busy:.1f} us, gaps {idle:.1f}")
+    for gap, before, after in sorted(gaps(calls[0]), reverse=True)[:top]:
+        print(f"    {gap:7.1f} us between {short(before)} and {short(after)}")
+
+
+def timeline(label: str, fn, args, reps: int = REPS) -> None:
+    """Print each kernel of ``fn(*args)`` after the clear and the sleep, as ``time_ms`` runs it
+    (a call of more than a dozen kernels gets :func:`gap_summary` instead)."""
+    from kernels import bench
+
+    events = bench.time_ms(fn, [args], warmup=2, reps=reps)
+    print(f"{label}: events {1e3 * events:.1f} us (bench.time_ms)")
+    calls = profiled_calls(fn, args, reps)
     shapes = {len(call) for call in calls}
     if len(shapes) != 1:
         print(f"  kernels per call differ between repetitions: {sorted(shapes)}")
-    count = min(shapes)
-    for i in range(count):
-        name = calls[0][i][0].removeprefix("void ").split("(")[0].strip()[:48]
+        calls = [call for call in calls if len(call) == min(shapes)]
+    if min(shapes) > 12:
+        return gap_summary(calls)
+    for i in range(min(shapes)):
         start = statistics.median(call[i][1] for call in calls)
         end = statistics.median(call[i][2] for call in calls)
-        print(f"  {name:<48} {start:8.1f} -> {end:8.1f} us")
+        print(f"  {short(calls[0][i][0]):<48} {start:8.1f} -> {end:8.1f} us")
+
+
+def head_step(loss_fn):
+    def step(h, w, t):
+        h.grad = w.grad = None
+        loss_fn(h, w, t).backward()
+    return step
 
 
 def main() -> int:
     import torch
+    import torch.nn.functional as F
 
     from kernels import bench, get_loss, load
     from kernels.ops.cross_entropy import cross_entropy
-    from kernels.ops.llm_head import LLM_CE_FILE
+    from kernels.ops.llm_head import LLM_CE_FILE, head_inputs, linear_cross_entropy
 
     print(torch.cuda.get_device_name())
     v4 = load(LLM_CE_FILE)
@@ -101,6 +142,15 @@ def main() -> int:
     args = mse.make_inputs(bench.element_wise_shape(1 << 12, "mse"), generator, "cuda")
     timeline("v5 mse 2^12", v5.mse, args)
     timeline("torch.compile mse 2^12", torch.compile(mse.reference, dynamic=False), args)
+
+    def eager_head(h, w, t):
+        return F.cross_entropy(h @ w.t(), t)
+
+    inputs = head_inputs(8192, 4096, 128256)
+    for name, loss_fn in (("fused (course)", linear_cross_entropy),
+                          ("torch.compile", torch.compile(eager_head, dynamic=False))):
+        timeline(f"LM head T=8192 H=4096 V=128256 bf16 fwd+bwd, {name}", head_step(loss_fn),
+                 inputs, reps=5)
     return 0
 
 
