@@ -533,17 +533,24 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # $2^{14}$ elements and level or a little ahead from $2^{26}$ up, for all three losses. At
 # $2^{12}$ elements `torch.compile`'s single program is still ahead of our single block, for
 # all three losses. In between, from $2^{16}$ to $2^{24}$ elements, where a call takes
-# microseconds, not milliseconds, the chapter's single sweep is mixed: for each loss `torch.compile` is
-# ahead at some of these sizes, by a few percent and at some by over a tenth, and version 5 at
-# others, and which sizes these are changes from run to run (the ablation's run, the first
-# table, has version 5 level or ahead at most of them; that run has no Smooth L1). So part of
-# the gap is the spread between runs, and part of it is not closed yet:
-# `bench/reduction_targets.py` takes the median of three runs. The ablation's run timed an earlier build of
-# version 5, whose single block (up to $2^{14}$ elements) waited for each load in turn; from
-# $2^{16}$ elements up it ran the kernels of this one. The columns without a switch show what
-# each change buys: the ordinary launch of pass 2 costs about a microsecond from $2^{16}$
-# elements up, and plain loads cost the most at $2^{22}$ and $2^{24}$ elements.
-# `bench/reduction_targets.py` prints these ratios size by size against its PASS/MISS targets.
+# microseconds, not milliseconds, the chapter's single sweep is mixed: for each loss
+# `torch.compile` is ahead at some of these sizes, by a few percent and at some by over a
+# tenth, and version 5 at others, and which sizes these are changes from run to run (the
+# ablation's run, the first table, has version 5 level or ahead at most of them; that run has
+# no Smooth L1). So part of the gap is the spread between runs, and part of it is not closed
+# yet: `bench/reduction_targets.py` takes the median of three runs. The ablation's run timed an
+# earlier build of version 5, whose single block (up to $2^{14}$ elements) waited for each load
+# in turn; from $2^{16}$ elements up it ran the kernels of this one. The columns without a
+# switch show what each change buys: the ordinary launch of pass 2 costs about a microsecond
+# from $2^{16}$ elements up, and plain loads cost the most at $2^{22}$ and $2^{24}$ elements.
+# That run also cleared L2 by writing its buffer, as the book's timings did until they read it
+# instead ({doc}`../book/timing`), and the dirty lines that evict-first loads leave alone were
+# that clear's own: with only clean lines in L2 there is little for them to protect. The
+# chapter's earlier sweeps, all under the write clear, had version 5 ahead of `torch.compile`
+# for MSE from $2^{18}$ to $2^{22}$ elements in every run; this one, under the read clear, has
+# it behind (`bench/PERFLOG.md`, session 22, has the runs side by side). So the middle sizes
+# are open again. `bench/reduction_targets.py` prints these ratios size by size against its
+# PASS/MISS targets.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
