@@ -548,8 +548,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # that clear's own: with only clean lines in L2 there is little for them to protect. The
 # chapter's earlier sweeps, all under the write clear, had version 5 ahead of `torch.compile`
 # for MSE from $2^{18}$ to $2^{22}$ elements in every run; this one, under the read clear, has
-# it behind (`bench/PERFLOG.md`, session 22, has the runs side by side). So the middle sizes
-# are open again. `bench/reduction_targets.py` prints these ratios size by size against its
+# it behind, also at $2^{18}$ and $2^{20}$, where version 5 reads with plain loads, so the
+# evict-first loads do not explain all of it (`bench/PERFLOG.md`, session 22, has the runs side
+# by side). The middle sizes are open again. `bench/reduction_targets.py` prints these ratios size by size against its
 # PASS/MISS targets.
 
 # %% tags=["nbval-ignore-output"]
