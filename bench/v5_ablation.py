@@ -10,11 +10,20 @@ MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept)
 each build's time / torch.compile's and writes book/results/v5_ablation.csv
 (kernels.measure.results columns), which chapter 4 tabulates.
 This is a benchmark, not a timed test.
+
+    python bench/v5_ablation.py --shapes   # a probe: other block shapes and tiles, printed only
+
+``--shapes`` builds copies of the file with other values of pass 1's constants (threads per
+block, loads per step, the smallest tile: ``SHAPES``), checks each copy's result against the
+float64 mean, and prints each copy's time / torch.compile's from 2^16 to 2^24 elements (the middle
+sizes), writing no file.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -25,39 +34,82 @@ sys.path.insert(0, str(ROOT))
 SOURCE = ROOT / "kernels" / "ch4_two_pass" / "v5_block_tiles.cu"
 BUILDS = {"v5": "", "v5, ordinary launch of pass 2": "#define DEPENDENT_LAUNCH 0\n",
           "v5, plain loads": "#define STREAM_LOADS 0\n"}
+# Pass 1's constants in other copies (the file has 512 threads, 2 loads, tiles of 4096 at least);
+# a tile of at least one step (threads x loads x 4 elements) keeps every load in whole steps.
+SHAPES = {"v5": {}, "256 threads": {"kThreads": 256},
+          "256 threads, tiles of 2048": {"kThreads": 256, "kMinTile": 2048},
+          "256 threads x 4 loads": {"kThreads": 256, "kUnroll": 4},
+          "tiles of 8192": {"kMinTile": 8192},
+          "4 loads, tiles of 8192": {"kUnroll": 4, "kMinTile": 8192}}
 SIZES = [1 << k for k in range(12, 27, 2)]
+MIDDLE_SIZES = [1 << k for k in range(16, 25, 2)]
 LOSSES = ("mse", "hinge")
 RUNS = 3  # each size is timed this many times in turn; the table keeps the median
 
 
-def build_all(folder: Path) -> dict:
-    """Each build's ops: the same source with its switch defined before the file's own text."""
+def with_constants(text: str, values: dict) -> str:
+    """The source with each ``constexpr <type> <name> = <value>;`` of ``values`` given its value."""
+    for name, value in values.items():
+        text, found = re.subn(rf"(constexpr \w+ {name} = )[^;]+;", rf"\g<1>{value};", text)
+        if found != 1:
+            raise ValueError(f"{name}: {found} definitions in {SOURCE.name}")
+    return text
+
+
+def build_all(folder: Path, builds: dict) -> dict:
+    """Each build's ops: the source with its switches defined before the file's own text (a
+    string), or its constants changed (a dict)."""
     from kernels import load
 
     text, kernels = SOURCE.read_text(), {}
-    for label, defines in BUILDS.items():
-        path = folder / (label.replace(", ", "_").replace(" ", "_") + ".cu")
-        path.write_text(defines + text)
+    for label, change in builds.items():
+        path = folder / ("build_" + re.sub(r"\W+", "_", label) + ".cu")  # op names: no digit first
+        path.write_text(change + text if isinstance(change, str) else with_constants(text, change))
         kernels[label] = load(path)
     return kernels
+
+
+def right_everywhere(kernels: dict, loss: str, sizes) -> bool:
+    """Each build's mean against float64 at each size (a copy with other constants is new
+    code): prints and returns False on the first relative error above 1e-5."""
+    import torch
+    from kernels import bench, get_loss
+
+    entry = get_loss(loss)
+    for n in sizes:
+        generator = torch.Generator(device="cuda").manual_seed(n)
+        pred, target = entry.make_inputs(bench.element_wise_shape(n, loss), generator, "cuda")
+        want = entry.reference(pred.double(), target.double()).item()
+        for label, kernel in kernels.items():
+            got = getattr(kernel, loss)(pred, target).item()
+            if abs(got - want) > 1e-5 * abs(want):
+                print(f"FAIL  {label}, {loss} at 2^{round(math.log2(n))}: {got} against {want}")
+                return False
+    return True
 
 
 def main() -> None:
     import torch
     from kernels import Chapter, bench, get_loss, results
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", action="store_true", help="other block shapes and tiles")
+    shapes = parser.parse_args().shapes
+    builds, sizes = (SHAPES, MIDDLE_SIZES) if shapes else (BUILDS, SIZES)
     Chapter.allow_recompiles(64)  # one graph per shape: 8 sizes x 2 losses
     gpu = torch.cuda.get_device_name()
     scratch = ROOT / ".scratch"  # git-ignored; load() builds files inside the repository only
     scratch.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
-        kernels = build_all(Path(folder))
+        kernels = build_all(Path(folder), builds)
+        if not all(right_everywhere(kernels, loss, sizes) for loss in LOSSES):
+            sys.exit(1)
         rows = []
         print(f"{gpu}: time / torch.compile (below 1.00 is faster)")
         print(f"{'loss':<7}{'n':>6}{'compile us':>12}" + "".join(f"{label:>32}" for label in kernels))
         for loss in LOSSES:
             reference = get_loss(loss).reference
-            for n in SIZES:
+            for n in sizes:
                 providers = {"torch.compile": torch.compile(reference, dynamic=False)}
                 providers.update({label: getattr(k, loss) for label, k in kernels.items()})
                 measured = bench.bench_loss_median(providers, loss, bench.element_wise_shape(n, loss),
@@ -67,7 +119,8 @@ def main() -> None:
                 base = ms["torch.compile"]
                 print(f"{loss:<7}{'2^%d' % round(math.log2(n)):>6}{1e3 * base:>12.2f}"
                       + "".join(f"{ms[label] / base:>32.3f}" for label in kernels), flush=True)
-    print(f"wrote {results.save(rows, 'v5_ablation')}")
+    if not shapes:  # the chapter's table is the switches'
+        print(f"wrote {results.save(rows, 'v5_ablation')}")
 
 
 if __name__ == "__main__":
