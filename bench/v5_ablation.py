@@ -15,8 +15,8 @@ This is a benchmark, not a timed test.
 
 ``--shapes`` builds copies of the file with other values of pass 1's constants (threads per
 block, loads per step, the smallest tile: ``SHAPES``), checks each copy's result against the
-float64 mean, and prints each copy's time / torch.compile's from 2^16 to 2^24 elements (the middle
-sizes), writing no file.
+float64 mean, and prints each copy's time / torch.compile's from 2^12 to 2^24 elements (the single
+block and the middle sizes), writing no file.
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ BUILDS = {"v5": "", "v5, ordinary launch of pass 2": "#define DEPENDENT_LAUNCH 0
           "v5, plain loads": "#define STREAM_LOADS 0\n"}
 # Pass 1's constants in other copies (the file has 512 threads, 2 loads, tiles of 4096 at least);
 # a tile of at least one step (threads x loads x 4 elements) keeps every load in whole steps.
+# The single block (1024 threads x 4 loads) must keep threads x loads x 4 = 2^14 elements: its
+# straight-line kernel reads no more than that.
 SHAPES = {"v5": {}, "256 threads": {"kThreads": 256},
           "256 threads, tiles of 2048": {"kThreads": 256, "kMinTile": 2048},
           "256 threads x 4 loads": {"kThreads": 256, "kUnroll": 4},
           "tiles of 8192": {"kMinTile": 8192},
-          "4 loads, tiles of 8192": {"kUnroll": 4, "kMinTile": 8192}}
+          "4 loads, tiles of 8192": {"kUnroll": 4, "kMinTile": 8192},
+          "one block of 512 x 8 loads": {"kOneBlockThreads": 512, "kOneBlockUnroll": 8},
+          "one block of 256 x 16 loads": {"kOneBlockThreads": 256, "kOneBlockUnroll": 16}}
 SIZES = [1 << k for k in range(12, 27, 2)]
-MIDDLE_SIZES = [1 << k for k in range(16, 25, 2)]
+SHAPE_SIZES = [1 << k for k in range(12, 25, 2)]
 LOSSES = ("mse", "hinge")
 RUNS = 3  # each size is timed this many times in turn; the table keeps the median
 
@@ -95,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", action="store_true", help="other block shapes and tiles")
     shapes = parser.parse_args().shapes
-    builds, sizes = (SHAPES, MIDDLE_SIZES) if shapes else (BUILDS, SIZES)
+    builds, sizes = (SHAPES, SHAPE_SIZES) if shapes else (BUILDS, SIZES)
     Chapter.allow_recompiles(64)  # one graph per shape: 8 sizes x 2 losses
     gpu = torch.cuda.get_device_name()
     scratch = ROOT / ".scratch"  # git-ignored; load() builds files inside the repository only

@@ -25,3 +25,17 @@ def test_every_shape_names_constants_the_file_defines_and_an_unknown_one_raises(
         v5_ablation.with_constants(text, change)
     with pytest.raises(ValueError, match="kNoSuchConstant: 0 definitions"):
         v5_ablation.with_constants(text, {"kNoSuchConstant": 1})
+
+
+def test_every_single_block_still_reads_its_whole_input():
+    """The straight-line single block reads threads x loads x 4 elements, no more: a copy that
+    covered less than kOneBlockMax would skip elements."""
+    import re
+
+    text = v5_ablation.SOURCE.read_text().replace("1 << 14", "16384")
+    constant = {name: int(value)
+                for name, value in re.findall(r"constexpr \w+ (kOneBlock\w+) = ([^;]+);", text)}
+    for label, change in v5_ablation.SHAPES.items():
+        values = {**constant, **change}
+        covered = values["kOneBlockThreads"] * values["kOneBlockUnroll"] * 4
+        assert covered == values["kOneBlockMax"], label
