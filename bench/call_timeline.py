@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels import bench  # noqa: E402
+
 REPS = 20
 SLEEP_KERNEL = "spin"  # torch.cuda._sleep's kernel
 GAP_US = 500  # kernels further apart belong to different repetitions (1 ms sleep)
@@ -44,24 +46,17 @@ def repetitions(kernels: list) -> list[list]:
     return groups + [current] if current else groups
 
 
-def short(name: str) -> str:
-    return name.removeprefix("void ").split("(")[0].strip()[:48]
-
-
 def profiled_calls(fn, args, reps: int) -> list[list]:
     """Each repetition's kernels (name, start, end), in µs from the end of its sleep kernel."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from kernels import bench
-
-    buffer = torch.ones(256 << 18, device="cuda")  # 256 MB, as time_ms reads
+    before_call = bench.clear_and_lead()
     fn(*args)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            buffer.sum()
-            torch.cuda._sleep(bench.LEAD_CYCLES)
+            before_call()
             fn(*args)
             torch.cuda.synchronize()
             time.sleep(1e-3)
@@ -89,14 +84,13 @@ def gap_summary(calls: list[list], top: int = 5) -> None:
     print(f"  {len(calls[0])} kernels; first starts {statistics.median(c[0][1] for c in calls):.1f}"
           f" us after the sleep, last ends at {span:.1f}; kernels {busy:.1f} us, gaps {idle:.1f}")
     for gap, before, after in sorted(gaps(calls[0]), reverse=True)[:top]:
-        print(f"    {gap:7.1f} us between {short(before)} and {short(after)}")
+        print(f"    {gap:7.1f} us between {bench.kernel_name(before, 48)} and "
+              f"{bench.kernel_name(after, 48)}")
 
 
 def timeline(label: str, fn, args, reps: int = REPS) -> None:
     """Print each kernel of ``fn(*args)`` after the clear and the sleep, as ``time_ms`` runs it
     (a call of more than a dozen kernels gets :func:`gap_summary` instead)."""
-    from kernels import bench
-
     events = bench.time_ms(fn, [args], warmup=2, reps=reps)
     print(f"{label}: events {1e3 * events:.1f} us (bench.time_ms)")
     calls = profiled_calls(fn, args, reps)
@@ -109,7 +103,7 @@ def timeline(label: str, fn, args, reps: int = REPS) -> None:
     for i in range(min(shapes)):
         start = statistics.median(call[i][1] for call in calls)
         end = statistics.median(call[i][2] for call in calls)
-        print(f"  {short(calls[0][i][0]):<48} {start:8.1f} -> {end:8.1f} us")
+        print(f"  {bench.kernel_name(calls[0][i][0], 48):<48} {start:8.1f} -> {end:8.1f} us")
 
 
 def head_step(loss_fn):
@@ -123,7 +117,7 @@ def main() -> int:
     import torch
     import torch.nn.functional as F
 
-    from kernels import bench, get_loss, load
+    from kernels import get_loss, load
     from kernels.ops.cross_entropy import cross_entropy
     from kernels.ops.llm_head import LLM_CE_FILE, head_inputs, linear_cross_entropy
 

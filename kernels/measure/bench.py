@@ -104,30 +104,33 @@ def rotation_count(bytes_per_call: int, l2_bytes: int, free_bytes: int, limit: i
     return int(max(1, min(wanted, limit, affordable)))
 
 
-def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
-            clear: str = "read") -> float:
-    """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``.
-
-    Before each timed call a 256 MB buffer (at least twice L2) is read, which evicts the inputs
-    from L2, and a sleep kernel is queued after it. Together they keep the GPU busy (about
-    0.2 ms on an H100) while Python launches the call, so the events measure the GPU's work
-    rather than the host's launch overhead (:func:`launch_overhead_ms` measures that), even
-    when the host stalls for a moment (a garbage collection, torch.compile's worker processes):
-    with the clear alone, such stalls made whole measurements host-bound in some runs.
-
-    ``clear="write"`` clears L2 by writing the buffer instead, as ``triton.testing.do_bench``
-    does. That leaves L2 full of modified lines, which the timed call then writes back to memory
-    as its own reads evict them: about 10 µs more per call on an H100, whatever the call does
-    (chapter 7 measures it). Reading leaves only clean lines, so the time is the call's own.
-    """
+def clear_and_lead(clear: str = "read"):
+    """A function that queues what :func:`time_ms` puts before each timed call: a read of a buffer
+    of 256 MB or twice L2, which evicts the inputs from L2, then a sleep kernel. Together they keep
+    the GPU busy (about 0.2 ms on an H100) while Python launches the call, so that the events time
+    the GPU's work, not the host's launch (:func:`launch_overhead_ms`), even through a short host
+    stall (a garbage collection, torch.compile's workers), which once made whole runs host-bound.
+    ``clear="write"`` writes the buffer instead, as ``triton.testing.do_bench`` does: the lines it
+    leaves modified in L2 are written back by the timed call as its reads evict them, about 10 µs
+    more per call on an H100 (chapter 7 measures it). ``bench/call_timeline.py`` uses it too."""
     import torch
 
     if clear not in ("read", "write"):
         raise ValueError(f"clear must be 'read' or 'write', not {clear!r}")
-    reps = reps or REPS
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     buffer = torch.ones(max(2 * l2, 256 << 20) // 4, device="cuda")
     evict = buffer.sum if clear == "read" else buffer.zero_
+    return lambda: (evict(), torch.cuda._sleep(LEAD_CYCLES))  # queued in this order
+
+
+def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
+            clear: str = "read") -> float:
+    """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``, each call
+    queued behind :func:`clear_and_lead`'s L2 clear and sleep (``clear`` picks the clear)."""
+    import torch
+
+    before_call = clear_and_lead(clear)
+    reps = reps or REPS
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -135,8 +138,7 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
     torch.cuda.synchronize()
     for i in range(reps):
         args = arg_sets[i % len(arg_sets)]
-        evict()
-        torch.cuda._sleep(LEAD_CYCLES)
+        before_call()
         starts[i].record()
         fn(*args)
         ends[i].record()
@@ -382,11 +384,16 @@ def kernel_times(label, fn, args, reps=5) -> dict:
     return times
 
 
+def kernel_name(name: str, width: int = 60) -> str:
+    """A profiler's kernel name without "void " and its arguments ("row_cluster<float>" for
+    "void row_cluster<float>(CrossEntropyArgs, long)"), cut to ``width``."""
+    return name.removeprefix("void ").split("(")[0].strip()[:width]
+
+
 def kernel_lines(label: str, times: dict, counts: dict) -> list[str]:
-    """:func:`kernel_times`' lines: a kernel's name without "void " and its arguments
-    ("row_cluster<float>" for "void row_cluster<float>(CrossEntropyArgs, long)"), so that the
-    lines fit a notebook's output column, then its µs per call and its launches per call."""
-    short = {key: key.removeprefix("void ").split("(")[0].strip()[:60] for key in times}
+    """:func:`kernel_times`' lines, short enough for a notebook's column: each kernel's
+    :func:`kernel_name` ("row_cluster<float>"), µs per call and launches per call."""
+    short = {key: kernel_name(key) for key in times}
     width = max((len(name) for name in short.values()), default=0)
     return [f"  {label}: {short[key]:<{width}} {us:8.1f} µs x{counts[key]}"
             for key, us in times.items()]
