@@ -243,7 +243,7 @@ compiled = {name: torch.compile(get_loss(name).reference, dynamic=False)
             for name in LOSS_NAMES}
 
 
-def short(kernel_name, width=88):
+def short(kernel_name, width=78):
     """A kernel's name without namespaces and arguments, cut to `width` characters."""
     name = re.sub(r"\b(void |at::native::|at::detail::|at::cuda::"
                   r"|\(anonymous namespace\)::)", "", kernel_name).split("(")[0]

@@ -91,7 +91,7 @@ for i in range(GPUS):
 print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
       .split("\n\n")[0])
 if GPUS < 2:
-    print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200 "
+    print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200\n"
           "GPUs (book/results/ch8_*.json), and say so; the CPU cells run here.")
 
 # %% [markdown]

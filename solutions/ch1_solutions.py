@@ -86,7 +86,7 @@ with profile(activities=[ProfilerActivity.CUDA]) as prof:
 found = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
 print(f"{len(found)} kernels:")
 for name in found:
-    print("  " + name.split("(")[0][:120])
+    print("  " + name.split("(")[0][:90])
 del inputs
 
 # %%

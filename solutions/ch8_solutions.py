@@ -111,7 +111,7 @@ per_rank = [grad_of(R * F.cross_entropy(layer(x[half]), target[half],
                                         reduction="sum") / count)
             for half in (slice(0, 20), slice(20, 40))]
 ddp = sum(per_rank) / R  # what DDP's all-reduce of the gradients computes
-print(f"largest difference from the gradient of the global mean: "
+print(f"largest difference from the global mean's gradient: "
       f"{(ddp - whole).abs().max():.1e} "
       f"(without the factor R: {(ddp / R - whole).abs().max():.1e})")
 
@@ -148,8 +148,8 @@ t2 = torch.tensor([s["ms"] * 1e3 for s in scaling], dtype=torch.float64)
 (a, f1), (a2, f2) = (torch.linalg.lstsq(torch.stack([n / d, torch.ones_like(n)], 1),
                                         t[:, None]).solution.squeeze(1)
                      for d, t in ((1, t1), (2, t2)))
-print(f"fit: a = {a:.3f} µs per row (on 2 GPUs: {a2:.3f} per row of the whole "
-      f"vocabulary), f1 = {f1:.0f} µs, f2 = {f2:.0f} µs; model: 1.8x from "
+print(f"fit: a = {a:.3f} µs per row (on 2 GPUs: {a2:.3f} per row of the whole vocabulary),\n"
+      f"     f1 = {f1:.0f} µs, f2 = {f2:.0f} µs; model: 1.8x from "
       f"n* = {(1.8 * f2 - f1) / (0.1 * a):.0f} rows")
 for s in scaling:
     print(f"{s['shape']:>13}: {s['one_gpu_ms'] * 1e3:7.0f} µs on 1 GPU, "

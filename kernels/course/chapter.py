@@ -199,7 +199,8 @@ def launch_or_stored(name: str, task: str, nprocs: int, gpus: int, **options) ->
         return run
     stored = results.read_published_json(name)
     print(f"{gpus} GPU here: the stored run of {stored['gpus']} x {stored['gpu']} "
-          f"({stored['date']}, book/results/{name}.json); on two GPUs this cell measures anew.")
+          f"({stored['date']}),\nfrom book/results/{name}.json; on two GPUs this cell measures "
+          "anew.")
     if options.get("echo", True) and stored["run"]["printed"].strip():
         print(stored["run"]["printed"].rstrip())
     return stored["run"]

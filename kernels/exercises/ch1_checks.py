@@ -25,7 +25,7 @@ MODEL_TOLERANCE = 0.2
 def check_answer(what: str, got, expected: float, rtol: float = 0.01) -> bool | None:
     """PASS (True), not attempted (None, ``got`` is None), or FAIL, said and raised."""
     if got is None:
-        print(f"not attempted: {what}: replace None by your answer above and rerun this cell")
+        print(f"not attempted: {what}: replace None above and rerun")
         return None
     try:
         ratio = float(got) / float(expected)
