@@ -255,11 +255,11 @@ check(final, "cross_entropy", rtol=1e-5)
 
 # %% [markdown]
 # Where PyTorch ran `log_softmax` and `nll_loss`, the fused version runs one kernel over the
-# rows (`row_cached`) and one small kernel that adds their losses (`finish`; beyond 32768 rows,
-# `sum_chunks` first adds chunks of 32768 losses with many blocks). The profiler
-# below lists one more GPU activity before them: a memset that clears the bad-target flag.
-# Nothing is copied back to the host, so no call waits for the GPU (see below for how a bad
-# target is reported all the same).
+# rows (`row_cached`) and small kernels that add their losses (`finish`; beyond 16384 rows,
+# `sum_chunks` first adds chunks of 4096 losses with many blocks, as here), and nothing
+# else: no memset clears a flag for bad targets first: a bad target stops the row kernel, so
+# the thread that writes row 0 writes the flag's 0. Nothing is copied back to the host, so no
+# call waits for the GPU (see below for how a bad target is reported all the same).
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(32768, 4096, device="cuda")

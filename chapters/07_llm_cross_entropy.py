@@ -385,9 +385,8 @@ del x, t
 # %% [markdown]
 # The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
 # above the forward's target; the call misses the target by what it adds outside that kernel
-# (the last line above). That does not grow with the rows' length: the 4-byte memset of the
-# bad-target flag, the final kernel that adds the rows' losses in a fixed order, and the idle
-# time around them. The final kernel is a
+# (the last line above). That does not grow with the rows' length: the final kernel that adds
+# the rows' losses in a fixed order, and the idle time around it. The final kernel is a
 # programmatic dependent launch, as chapter 4's pass 2: it starts while the rows' last blocks
 # run and waits for them on the device, so its time in the profiler includes that wait. The
 # kernel itself was also written as a warp per row streaming its row through registers instead

@@ -21,17 +21,20 @@
 //   label_smoothing == 0: bf16 rows bring twice the elements per byte of fp32, and with expf
 //   they ran out of instruction issue before memory bandwidth (2.26 TB/s, now ~2.97).
 // - The end: rows write their losses (an ignored row writes -0.0: the sign bit of a zero loss
-//   marks it, and no valid row has a negative loss), then one block of 1024 threads adds them
-//   in a fixed order in float64 with 16-byte loads (8 in flight per thread) and counts the
-//   sign bits for the mean's divisor: no targets read again (version 1's final kernel read
-//   losses and targets one at a time: 9.7 µs at 32768 rows). Beyond 32768 rows, many blocks
-//   first add fixed chunks of 32768 losses (13M rows of 10 classes took one block 1.2 ms).
+//   marks it, and no valid row has a negative loss), then blocks of 1024 threads add them in a
+//   fixed order in float64 with 16-byte loads and count the sign bits for the mean's divisor:
+//   no targets read again (version 1's final kernel read losses and targets one at a time:
+//   9.7 µs at 32768 rows). Up to 16384 rows one block does it all; beyond, each block adds a
+//   chunk of 4096 losses, one load per thread, and one more block adds the chunks' sums (one
+//   block took 1.2 ms for 13M rows of 10 classes, and 5 µs after the rows for 32768).
 //   From sm_90 the final kernels are programmatic dependent launches (chapter 4's version 5):
 //   they start while the rows' last blocks run and wait for them on the device.
-//   Out-of-range targets set a flag (zeroed by a 4-byte memset) directly from the row kernel;
-//   reduction "none" needs no final kernel at all. Tried and dropped: the last block to finish adds the losses (a counter per
-//   block, no final launch): each of the 32768 blocks then paid a fence and an atomic before
-//   exiting, and the row kernel went from ~196 to 252 µs.
+//   The bad-target flag is written 0 by the thread that writes row 0, with no memset before the
+//   rows: a call with an out-of-range target never returns (the assertion below), so 0 is the
+//   only value a caller can read. Reduction "none" needs no final kernel at all. Tried and
+//   dropped: the last block to finish adds the losses (a counter per block, no final launch):
+//   each of the 32768 blocks then paid a fence and an atomic before exiting, and the row
+//   kernel went from ~196 to 252 µs.
 // - bf16/fp16 logits are accumulated in fp32; fp64 logits in fp64 (for torch.autograd.gradcheck,
 //   on the simple path only: one scalar streaming kernel).
 // Out-of-range targets are never used as an index. The kernel that reads them stops with a
@@ -204,10 +207,8 @@ __device__ __forceinline__ void write_row(const CrossEntropyArgs& a, int64_t row
     else  // -0.0 marks an ignored row for the final count (a valid row's loss is >= +0)
         row_losses<A>(a)[row] = r.ignored ? -A(0) : loss;
     if (a.lse) static_cast<A*>(a.lse)[row] = lse;
-    if (r.bad) {
-        *a.bad_target = 1;  // every writer writes 1: no race that matters
-        assert(!"cross_entropy: a target is out of range [0, classes) and not ignore_index");
-    }
+    if (row == 0) *a.bad_target = 0;  // no memset: a bad target stops the kernel just below
+    if (r.bad) assert(!"cross_entropy: a target is out of range [0, classes) and not ignore_index");
 }
 
 // The factor of this row's gradient: the guess of grad_output, divided by the count for the
@@ -445,10 +446,14 @@ __global__ void __launch_bounds__(kCountThreads) gradient_factor(CrossEntropyArg
 
 // The 0-d result (mean or sum): the rows' losses are added in float64 in a fixed order, and the
 // rows whose loss is -0.0 (ignored) are counted for the mean's divisor (0/0 = NaN: PyTorch's
-// answer when every row is ignored). Up to kFinishChunk rows, one block does it all; beyond,
-// sum_chunks gives one (sum, ignored count) per chunk of kFinishChunk rows, many blocks at once
-// (one block alone read 13M losses in 1.2 ms), and finish adds the chunks' results.
-constexpr int64_t kFinishChunk = 8 * 4 * kCountThreads;  // one pass of the loop below: 32768
+// answer when every row is ignored). Up to kOneBlockRows rows, one block does it all; beyond,
+// sum_chunks gives one (sum, ignored count) per chunk of kFinishChunk rows, many blocks at once,
+// and finish adds the chunks' results. The second step cost more than it saved up to 16384
+// rows (1.3-1.6 µs more from 8192 rows, against one block's 4 loads per thread) and saved
+// 1.7 µs at 32768 rows (against one block's 8 loads per thread).
+constexpr int kOneBlockLoads = 4;                     // 16-byte loads per thread, one block
+constexpr int64_t kFinishChunk = 4 * kCountThreads;  // a chunk: one float4 per thread, 4096
+constexpr int64_t kOneBlockRows = kOneBlockLoads * kFinishChunk;  // 16384
 
 // The block's threads' (acc, ignored) added in a fixed tree; the totals reach thread 0.
 __device__ void block_total(double& acc, long long& ignored) {
@@ -469,9 +474,10 @@ __device__ void block_total(double& acc, long long& ignored) {
     }
 }
 
-// Thread i adds the 16-byte vectors i, i + 1024, ... of losses[begin, end) in order (8 loads in
-// flight), then the warps' sums are added in a fixed tree: the result reaches thread 0.
-template <class A>
+// Thread i adds the 16-byte vectors i, i + 1024, ... of losses[begin, end), a range of at most
+// kLoads * kFinishChunk losses (kLoads loads in flight), then the warps' sums are added in a
+// fixed tree: the result reaches thread 0.
+template <int kLoads, class A>
 __device__ void sum_range(const A* losses, int64_t begin, int64_t end, double& acc,
                           long long& ignored) {
     acc = 0.0;
@@ -479,19 +485,17 @@ __device__ void sum_range(const A* losses, int64_t begin, int64_t end, double& a
     int64_t scalars_from = begin;
     if constexpr (sizeof(A) == 4) {  // begin is a multiple of 4: 16-byte aligned
         const float4* v = reinterpret_cast<const float4*>(losses + begin);
-        const int64_t nvec = (end - begin) / 4;
-        for (int64_t base = 0; base < nvec; base += 8 * kCountThreads) {
-            float4 x[8];
+        const int64_t nvec = (end - begin) / 4;  // <= kLoads * kCountThreads
+        float4 x[kLoads];
 #pragma unroll
-            for (int l = 0; l < 8; ++l) {
-                const int64_t i = base + l * kCountThreads + threadIdx.x;
-                x[l] = i < nvec ? v[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        for (int l = 0; l < kLoads; ++l) {
+            const int64_t i = l * kCountThreads + threadIdx.x;
+            x[l] = i < nvec ? v[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
 #pragma unroll
-            for (int l = 0; l < 8; ++l) {
-                acc += (static_cast<double>(x[l].x) + x[l].y) + (static_cast<double>(x[l].z) + x[l].w);
-                ignored += signbit(x[l].x) + signbit(x[l].y) + signbit(x[l].z) + signbit(x[l].w);
-            }
+        for (int l = 0; l < kLoads; ++l) {
+            acc += (static_cast<double>(x[l].x) + x[l].y) + (static_cast<double>(x[l].z) + x[l].w);
+            ignored += signbit(x[l].x) + signbit(x[l].y) + signbit(x[l].z) + signbit(x[l].w);
         }
         scalars_from = begin + 4 * nvec;
     }
@@ -515,7 +519,7 @@ __global__ void __launch_bounds__(kCountThreads) sum_chunks(CrossEntropyArgs a) 
     const int64_t end = begin + kFinishChunk < a.rows ? begin + kFinishChunk : a.rows;
     double acc;
     long long ignored;
-    sum_range(row_losses<A>(a), begin, end, acc, ignored);
+    sum_range<1>(row_losses<A>(a), begin, end, acc, ignored);
     if (threadIdx.x == 0) {
         double* sums = chunk_sums<A>(a);
         sums[blockIdx.x] = acc;
@@ -528,8 +532,8 @@ __global__ void __launch_bounds__(kCountThreads) finish(CrossEntropyArgs a) {
     wait_for_previous_kernel();
     double acc = 0.0;
     long long ignored = 0;
-    if (a.rows <= kFinishChunk) {
-        sum_range(row_losses<A>(a), 0, a.rows, acc, ignored);
+    if (a.rows <= kOneBlockRows) {
+        sum_range<kOneBlockLoads>(row_losses<A>(a), 0, a.rows, acc, ignored);
     } else {  // the chunks' results: thread i adds chunks i, i + 1024, ..., then the tree
         const int64_t chunks = (a.rows + kFinishChunk - 1) / kFinishChunk;
         const double* sums = chunk_sums<A>(a);
@@ -662,19 +666,19 @@ static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
     if (!is_aligned16(a->logits) || (a->grad && !is_aligned16(a->grad)))
         return cudaErrorMisalignedAddress;  // the binding hands over 16-byte aligned tensors
     using A = typename AccOf<T>::type;
-    cudaError_t err = cudaMemsetAsync(a->bad_target, 0, sizeof(int), stream);
-    if (err != cudaSuccess) return err;
     if (a->grad && a->reduction == REDUCTION_MEAN)
         gradient_factor<A><<<1, kCountThreads, 0, stream>>>(*a);
     launch_rows<T>(a, stream);
     if (a->reduction == REDUCTION_NONE) return cudaGetLastError();
     // The final kernels start while the rows' last blocks run, and wait for them on the device.
-    if (a->rows > kFinishChunk) {
+    if (a->rows > kOneBlockRows) {
         const unsigned chunks = static_cast<unsigned>(ceil_div(a->rows, kFinishChunk));
-        err = launch_dependent<sum_chunks<A>>(dim3(chunks), dim3(kCountThreads), stream, *a);
+        const cudaError_t err =
+            launch_dependent<sum_chunks<A>>(dim3(chunks), dim3(kCountThreads), stream, *a);
         if (err != cudaSuccess) return err;
     }
-    err = launch_dependent<finish<T, A>>(dim3(1), dim3(kCountThreads), stream, *a);
+    const cudaError_t err =
+        launch_dependent<finish<T, A>>(dim3(1), dim3(kCountThreads), stream, *a);
     return err != cudaSuccess ? err : cudaGetLastError();
 }
 
