@@ -549,8 +549,8 @@ Markdown(
 # What the plot and the tables show, and what is left. The final version is faster than eager
 # PyTorch at every shape, and faster than `torch.compile` at every shape but one, from 10
 # classes per row to the longest rows: at 1024 classes it is behind (the table above). In
-# training, forward plus backward,
-# its lead over eager PyTorch and `torch.compile` is larger still. Short rows were the hard
+# training, forward plus backward, it is ahead of eager PyTorch and `torch.compile` too
+# (the training table). Short rows were the hard
 # part: with a warp per row, 10 classes ran at a few percent of the bandwidth (the header of the
 # kernel file has the numbers); as few threads per row as hold it, each with all its loads in
 # flight, brought them to more than half of it at 10 classes and most of it at 128 (the first

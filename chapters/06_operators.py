@@ -779,9 +779,9 @@ plt.show()
 # runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
 # last line checks.
 #
-# Per step, our runs are slower in three of the four this time; the language model's run came
-# out ahead (in runs this short the host's timing is noisy enough for that to change from run
-# to run).
+# Per step, our runs are mostly slower (the last two columns); in runs this short the host's
+# timing is noisy enough for one of them to come out ahead, and which one changes from run to
+# run.
 # These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than
 # PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The

@@ -385,14 +385,17 @@ del x, t
 # %% [markdown]
 # The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
 # above the forward's target; the call misses the target by what it adds outside that kernel
-# (the last line above). That does not grow with the rows' length: the final kernel that adds
-# the rows' losses in a fixed order, and the idle time around it. The final kernel is a
-# programmatic dependent launch, as chapter 4's pass 2: it starts while the rows' last blocks
-# run and waits for them on the device, so its time in the profiler includes that wait. The
-# kernel itself was also written as a warp per row streaming its row through registers instead
-# of shared memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing
-# the final launch, by letting the last block to finish add the losses, was measured for
-# version 3 (its header) and was slower: every block then pays a fence and an atomic.
+# (the last line above). That does not grow with the rows' length: the final kernels that add
+# the rows' losses in a fixed order (`sum_chunks` over chunks of 4096 rows, then `finish`),
+# and the idle time around them. They are programmatic dependent launches, as chapter 4's
+# pass 2: each starts while the kernel before it runs and waits for it on the device, so its
+# time in the profiler includes that wait. Two changes already took part of this cost off: no
+# memset of the bad-target flag before the rows, and the final sum over many blocks instead of
+# one beyond 16384 rows (version 3's header has the measurements). The row kernel itself was
+# also written as a warp per row streaming its row through registers instead of shared
+# memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final
+# launch, by letting the last block to finish add the losses, was measured for version 3 (its
+# header) and was slower: every block then pays a fence and an atomic.
 #
 # Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
 # L2 ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`

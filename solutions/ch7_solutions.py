@@ -180,9 +180,9 @@ if not swept:
 # traffic term relatively larger. The chapter's sweep goes the same way, larger chunks mostly
 # faster (its plot of time against memory), and adds what the model leaves out: the shape of
 # the products (896 rows ran slower than 768). Its measured steps, set against the model's
-# totals in the lines just above (`book/results/ch7_chunks.csv`), come out at or a few
-# percent below them, by the percentages printed there (in earlier runs, on either side): the
-# model is a first-order account of the time, not a prediction to the millisecond.
+# totals in the lines just above (`book/results/ch7_chunks.csv`), come out within a few
+# percent of them, on either side, by the percentages printed there: the model is a
+# first-order account of the time, not a prediction to the millisecond.
 #
 # ```{solution-end}
 # ```
@@ -306,10 +306,10 @@ for rows in (8, 32, 128, 512, 1024):
 # %% [markdown]
 # Splitting pays while the rows are fewer than the SMs: version 4's forward then leaves SMs
 # idle. From about 128 rows on every SM has a row, and the split's second launch and its pairs
-# make it a few percent slower instead: a launcher would split only few rows. Even split, 32
-# rows stay far from the read bandwidth: at full speed their 32 MB would take only a few
-# kernel launches' worth of time, so a kernel's start and the second launch weigh on the whole
-# (chapter 1's launch overhead).
+# make it up to several percent slower instead: a launcher would split only few rows. Even
+# split, 32 rows stay far from the read bandwidth: at full speed their 32 MB would take only a
+# few kernel launches' worth of time, so a kernel's start and the second launch weigh on the
+# whole (chapter 1's launch overhead).
 #
 # ```{solution-end}
 # ```

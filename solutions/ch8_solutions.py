@@ -129,8 +129,8 @@ print(f"largest difference from the global mean's gradient: "
 # all-reduces and the wait for the slower rank. The speedup $T_1/T_2$ reaches 1.8 when
 # $a\,n + f_1 = 0.9\,a\,n + 1.8 f_2$, that is at $n^* = (1.8 f_2 - f_1) / (0.1\,a)$ rows. The
 # cell below measures both steps at several row counts (vocabulary 128256, bf16) on the same
-# GPUs, fits $a$, $f_1$ and $f_2$ to them (least squares), and compares the model's $n^*$ with
-# the measured speedups:
+# GPUs (on one GPU it shows the stored run of two, and says so), fits $a$, $f_1$ and $f_2$ to
+# them (least squares), and compares the model's $n^*$ with the measured speedups:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 sizes = [[rows, 128256] for rows in (1024, 2048, 4096, 8192, 16384)]
