@@ -11,6 +11,10 @@ step with nothing watching (CUDA events over several steps), then the same steps
 its input shapes. Per step: each operator's GPU time and launch count, their sum, and the step's
 time minus that sum, which is time the GPU had nothing to run (launch gaps, waits for the host).
 
+``--gemms`` times only the weight gradient's product (``gemm_costs``): one product over all
+tokens as compile runs it, the op's chunked products added into grad_weight, and the same
+without the addition, to split the op's extra time between the short K and the read-modify-write.
+
 ``--variants`` also times changes of the op's chunk loop (``variant_gradients``: the mean's
 1 / count applied to the whole grad_weight at the end, as the op did before it folded it into the
 hidden states' chunk; two streams, which the op does not use: every stream cuBLAS runs on holds a
@@ -172,6 +176,43 @@ def variants_experiment(h, w, t) -> None:
             print(f"  {name:<22} " + "  ".join(f"{e:.1e}" for e in errors))
 
 
+def gemm_costs(tokens: int, hidden: int, vocab: int, turns: int = 5) -> None:
+    """The weight gradient's product three ways, in turns, TFLOP/s of each (the fastest turn):
+    compile's one product over all tokens (K = T); the op's, a product per chunk of tokens
+    added into grad_weight (``addmm_``: beta = 1, each chunk reads and writes grad_weight); and
+    the same chunked products without the addition (beta = 0, a wrong sum, for the timing only).
+    Chunked against one product is the cost of a short K; beta 1 against beta 0 is the cost of
+    the read-modify-write of grad_weight, which a GEMM that accumulates in its epilogue would
+    hide."""
+    chunk = llm_head.default_chunk_rows(vocab, 2)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dlogits = torch.randn(tokens, vocab, device="cuda", generator=g).to(torch.bfloat16)
+    h = torch.randn(tokens, hidden, device="cuda", generator=g).to(torch.bfloat16)
+    grad_weight = torch.empty(vocab, hidden, device="cuda", dtype=torch.bfloat16)
+    starts = range(0, tokens, chunk)
+
+    def chunked(accumulate: bool):
+        for start in starts:
+            d, x = dlogits[start:start + chunk], h[start:start + chunk]
+            if accumulate and start > 0:
+                grad_weight.addmm_(d.t(), x)
+            else:
+                torch.mm(d.t(), x, out=grad_weight)
+
+    products = {"one product, K = T": lambda: torch.mm(dlogits.t(), h, out=grad_weight),
+                f"chunks of {chunk}, beta 1 (the op)": lambda: chunked(True),
+                f"chunks of {chunk}, beta 0": lambda: chunked(False)}
+    best = {name: float("inf") for name in products}
+    for _ in range(turns):
+        for name, run in products.items():
+            run()  # warm: cuBLAS's choice of kernel
+            best[name] = min(best[name], wall_ms(run, 3))
+    flop = 2 * tokens * hidden * vocab
+    print(f"grad_weight = dlogits^T h, T={tokens} H={hidden} V={vocab} bf16, fastest of {turns}:")
+    for name, ms in best.items():
+        print(f"  {name:<32} {ms:7.2f} ms  {flop / ms / 1e9:5.0f} TFLOP/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8192)
@@ -179,7 +220,13 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--variants", action="store_true",
                         help="time variants of the chunk loop (scale at the end, two streams)")
+    parser.add_argument("--gemms", action="store_true",
+                        help="only the weight gradient's product: one, chunked, with and "
+                             "without the read-modify-write of grad_weight")
     args = parser.parse_args()
+    if args.gemms:
+        gemm_costs(args.tokens, args.hidden, args.vocab)
+        return
 
     def eager_head(h, w, t):
         return F.cross_entropy(h @ w.t(), t)
