@@ -390,6 +390,31 @@ def test_the_small_gpu_run_lists_every_notebook_it_ran_or_has_not_reached():
                      "| `b.ipynb` | NVIDIA T4 | ran | 30 |"]
 
 
+def test_the_status_page_shows_each_notebooks_host_speed(tmp_path, monkeypatch):
+    """A slow host moves every host-bound timing: the page shows the speed each run recorded,
+    and a dash for a notebook executed before it was recorded."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import status
+
+    env = {"gpu": "G", "driver": "d", "torch": "t", "cuda": "c", "nvcc": "n", "date": "D"}
+    paths = []
+    for name, extra in (("a", {"host_op_us": 0.874}), ("b", {})):
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["course"] = {"environment": {**env, **extra}, "sources": {}}
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(nb, paths[-1])
+    monkeypatch.setattr(status, "ROOT", tmp_path)
+    monkeypatch.setattr(status, "notebooks", lambda: paths)
+    rows = [line for line in status.render().splitlines() if line.startswith("| `")]
+    assert rows[:2] == ["| `a.ipynb` | A | D | 0.87 | `–` |", "| `b.ipynb` | A | D | – | `–` |"]
+
+
+def test_the_host_speed_is_a_positive_time_per_call():
+    from kernels.measure.envinfo import host_op_us
+
+    assert 0 < host_op_us(calls=50, runs=3) < 1e4
+
+
 # --- (g) code that fits the book's column -----------------------------------------------------
 
 # The book's code column shows about 95 characters at 1280 px; a longer line wraps. Every

@@ -3,9 +3,10 @@
     python tools/execute.py chapters/02_atomics.ipynb [more.ipynb ...]
 
 Each notebook runs top to bottom in its own folder (as Jupyter and nbval run it). Its metadata
-then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date), ``course.sources``
-(the SHA-256 of every kernel source the notebook built and of every operator of ``kernels/ops``
-it imported, logged by ``kernels.load``: see kernels/build/provenance.py) and ``course.seconds``
+then gets ``course.environment`` (GPU, driver, torch, CUDA, nvcc, date, the host's µs per small
+PyTorch call), ``course.sources`` (the SHA-256 of every kernel source the notebook built and of
+every operator of ``kernels/ops`` it imported, logged by ``kernels.load``: see
+kernels/build/provenance.py) and ``course.seconds``
 (how long it ran: tools/stale.py plans the next GPU run with it).
 ``tests/test_notebooks.py`` fails when a stored notebook's sources no longer match the files,
 and ``tools/status.py`` turns the environments into the book's status page.

@@ -33,6 +33,11 @@ A `–` in the last column: the notebook built no file of `kernels/` (chapter 1 
 alone; solutions 9 compiles its `ModelNew`'s own CUDA source with `load_inline`; chapter 8 and
 solutions 8, executed on one GPU, build their kernels only in the processes of a run on two GPUs,
 and show the stored two-GPU runs instead, each with its machine and date).
+"Host µs per op" is how long one small PyTorch call took on that machine's CPU
+(`kernels/measure/envinfo.py`): lent machines with the same GPU can have hosts of different
+speed, and the timings that wait for the host (small inputs, the training loops of chapter 6,
+KernelBench's rule in chapter 9) move with it. A `–` there: the notebook was executed before
+it was recorded.
 
 """
 
@@ -98,15 +103,18 @@ def render() -> str:
         env = course.get("environment")
         name = path.relative_to(ROOT).as_posix()
         if not env:
-            rows.append(f"| `{name}` | not executed on a GPU yet | | |")
+            rows.append(f"| `{name}` | not executed on a GPU yet | | | |")
             continue
         key = tuple(env[k] for k in ("gpu", "driver", "torch", "cuda", "nvcc"))
         label = machines.setdefault(key, chr(ord("A") + len(machines)))
+        host = env.get("host_op_us")  # absent from notebooks executed before it was recorded
         rows.append(f"| `{name}` | {label} | {env['date']} | "
+                    f"{'–' if host is None else f'{host:.2f}'} | "
                     f"`{sources_digest(course.get('sources', {}))}` |")
     lines = ["| machine | GPU | driver | torch | CUDA | nvcc |", "|---|---|---|---|---|---|"]
     lines += [f"| {label} | {' | '.join(key)} |" for key, label in machines.items()]
-    lines += ["", "| notebook | machine | date | kernel sources |", "|---|---|---|---|", *rows]
+    lines += ["", "| notebook | machine | date | host µs per op | kernel sources |",
+              "|---|---|---|---|---|", *rows]
     small = list(csv.DictReader(open(SMALL_GPU_RUN))) if SMALL_GPU_RUN.exists() else []
     names = [path.relative_to(ROOT).as_posix() for path in notebooks()]
     return HEADER + "\n".join(lines) + "\n" + small_gpu_section(small, names)

@@ -1,11 +1,14 @@
-"""What produced a set of outputs: GPU, driver, torch, CUDA and nvcc versions, and the date."""
+"""What produced a set of outputs: GPU, driver, torch, CUDA and nvcc versions, the date, and how
+fast the host runs PyTorch's dispatcher (hosts differ between machines with the same GPU)."""
 
 from __future__ import annotations
 
 import datetime
 import re
 import shutil
+import statistics
 import subprocess
+import time
 
 
 def _command_output(*command) -> str:
@@ -26,6 +29,23 @@ def driver_version() -> str:
     return out.strip().splitlines()[0] if out.strip() else "not found"
 
 
+def host_op_us(calls: int = 2000, runs: int = 5) -> float:
+    """µs per ``torch.add`` of two one-element CPU tensors, the median of ``runs``: the Python
+    and dispatcher time that every operator call pays on the host. Where a step waits for the
+    host (small inputs, the training loops of chapter 6, KernelBench's rule in chapter 9), its
+    measured time moves with this; one lent machine ran at about twice another's."""
+    import torch
+
+    a, b = torch.ones(1), torch.ones(1)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.add(a, b)
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return round(statistics.median(times), 2)
+
+
 def environment() -> dict:
     """The environment record stored in each executed notebook's metadata."""
     import torch
@@ -38,4 +58,5 @@ def environment() -> dict:
         "cuda": torch.version.cuda or "none",
         "nvcc": nvcc_version(),
         "date": datetime.date.today().isoformat(),
+        "host_op_us": host_op_us(),
     }
