@@ -89,7 +89,7 @@ def check_all(kernels: dict, sizes) -> None:
 
 def main() -> None:
     import torch
-    from kernels import Chapter, bench, get_loss, results
+    from kernels import Chapter, bench, results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", action="store_true", help="other block shapes and tiles")
@@ -106,12 +106,9 @@ def main() -> None:
         print(f"{gpu}: time / torch.compile (below 1.00 is faster)")
         print(f"{'loss':<7}{'n':>6}{'compile us':>12}" + "".join(f"{label:>32}" for label in kernels))
         for loss in LOSSES:
-            reference = get_loss(loss).reference
             for n in sizes:
-                providers = {"torch.compile": torch.compile(reference, dynamic=False)}
-                providers.update({label: getattr(k, loss) for label, k in kernels.items()})
-                measured = bench.bench_loss_median(providers, loss, bench.element_wise_shape(n, loss),
-                                                   runs=RUNS)
+                ops = {label: getattr(k, loss) for label, k in kernels.items()}
+                measured = bench.median_against_compile(ops, loss, n, RUNS)
                 rows += results.rows_from(measured, gpu, "v5_ablation", 0.0)
                 ms = {m.provider: m.ms for m in measured}
                 base = ms["torch.compile"]

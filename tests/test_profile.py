@@ -43,6 +43,16 @@ def test_profile_table_has_a_column_per_launch_and_a_line_per_label():
     assert re.search(r"87\.8\s+92\.8$", lines[2])
 
 
+def test_kernel_lines_name_kernels_as_short_name_does_cut_to_a_width():
+    from kernels import bench
+
+    name = "void at::reduce_kernel<512, 1, ReduceOp<float, func_wrapper_t<sum_functor()>>>(X)"
+    assert bench.kernel_name(name, 200) == profile.short_name(name)  # a '(' inside <>
+    assert bench.kernel_name(name, 20) == "at::reduce_kernel<51"
+    assert bench.kernel_lines("v4", {name: 12.34}, {name: 1}) == [
+        f"  v4: {bench.kernel_name(name)}     12.3 µs x1"]
+
+
 def test_short_name_keeps_template_arguments_and_drops_parameters():
     assert profile.short_name("void f<A<int>, 2>(Args, long)") == "f<A<int>, 2>"
     assert profile.short_name("at::reduce_kernel<512, 1>(X)") == "at::reduce_kernel<512, 1>"

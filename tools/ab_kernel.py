@@ -86,19 +86,15 @@ def time_both(commit: str, file: str, shape: tuple[int, int], dtype_name: str, b
 def time_losses(commit: str, file: str, loss: str, exponents: list[int], turns: int) -> None:
     import torch
 
-    from kernels import Chapter, bench, get_loss, load
+    from kernels import Chapter, bench, load
 
     builds = {"this tree": load(file), commit: load(old_copy(commit, file))}
     Chapter.allow_recompiles(64)  # one graph per size
-    reference = get_loss(loss).reference
     print(f"{torch.cuda.get_device_name()}: {file}, {loss}, time / torch.compile's "
           f"(median of {turns} runs)")
     for k in exponents:
-        providers = {"torch.compile": torch.compile(reference, dynamic=False)}
-        providers.update({name: getattr(kernel, loss) for name, kernel in builds.items()})
-        measured = bench.bench_loss_median(providers, loss,
-                                           bench.element_wise_shape(1 << k, loss), runs=turns)
-        ms = {m.provider: m.ms for m in measured}
+        ops = {name: getattr(kernel, loss) for name, kernel in builds.items()}
+        ms = {m.provider: m.ms for m in bench.median_against_compile(ops, loss, 1 << k, turns)}
         base = ms["torch.compile"]
         print(f"  2^{k}: torch.compile {1e3 * base:8.2f} us"
               + "".join(f"   {name} x{ms[name] / base:.3f}" for name in builds))

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from ..losses import get_loss
+from .profile import kernel_lines, kernel_name, kernel_times  # noqa: F401 (bench.kernel_times)
 
 # A validation run (pytest --nbval, whose checks ignore timings) may ask for fewer repetitions
 # and smaller sizes; published measurements use the defaults.
@@ -266,15 +267,36 @@ def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int | N
     return results
 
 
+def bench_loss_runs(providers: dict, loss_name: str, shape, runs: int = 3,
+                    **kwargs) -> list[list[Measurement]]:
+    """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run."""
+    return [bench_loss(providers, loss_name, shape, **kwargs) for _ in range(runs)]
+
+
+def median_of_runs(samples: list[list[Measurement]]) -> list[Measurement]:
+    """Each provider's median time over :func:`bench_loss_runs`' runs."""
+    return [Measurement(first.loss, first.provider, first.shape, first.bytes,
+                        statistics.median(run[i].ms for run in samples))
+            for i, first in enumerate(samples[0])]
+
+
 def bench_loss_median(providers: dict, loss_name: str, shape, runs: int = 3,
                       **kwargs) -> list[Measurement]:
     """:func:`bench_loss` run ``runs`` times in turn, each provider's median time: a single run
     of a ten-microsecond kernel moves by a few percent, and now and then a host stall spoils a
     whole measurement; the median of three ignores one. For targets at 1.00x, not for sweeps."""
-    samples = [bench_loss(providers, loss_name, shape, **kwargs) for _ in range(runs)]
-    return [Measurement(first.loss, first.provider, first.shape, first.bytes,
-                        statistics.median(run[i].ms for run in samples))
-            for i, first in enumerate(samples[0])]
+    return median_of_runs(bench_loss_runs(providers, loss_name, shape, runs, **kwargs))
+
+
+def median_against_compile(ops: dict, loss_name: str, n: int, runs: int = 3) -> list[Measurement]:
+    """torch.compile (dynamic=False) of the loss's reference, as provider "torch.compile", and
+    each of ``ops`` (label: op) at ``n`` elements, timed side by side by
+    :func:`bench_loss_median`: how the probes put builds of one kernel beside Inductor's."""
+    import torch
+
+    providers = {"torch.compile": torch.compile(get_loss(loss_name).reference, dynamic=False)}
+    providers.update(ops)
+    return bench_loss_median(providers, loss_name, element_wise_shape(n, loss_name), runs=runs)
 
 
 def sweep(providers: dict, loss_name: str, shapes, **kwargs) -> list[Measurement]:
@@ -364,36 +386,3 @@ def queued_ms(fn, args, iters=20, repeats=5):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / iters)
     return statistics.median(times)
-
-
-def kernel_times(label, fn, args, reps=5) -> dict:
-    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes.
-    Prints a line per kernel and returns ``{kernel name: µs per call}``."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn(*args)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn(*args)
-        torch.cuda.synchronize()
-    events = [event for event in prof.key_averages() if event.device_time_total > 0]
-    times = {event.key: event.device_time_total / reps for event in events}
-    print("\n".join(kernel_lines(label, times, {e.key: e.count // reps for e in events})))
-    return times
-
-
-def kernel_name(name: str, width: int = 60) -> str:
-    """A profiler's kernel name without "void " and its arguments ("row_cluster<float>" for
-    "void row_cluster<float>(CrossEntropyArgs, long)"), cut to ``width``."""
-    return name.removeprefix("void ").split("(")[0].strip()[:width]
-
-
-def kernel_lines(label: str, times: dict, counts: dict) -> list[str]:
-    """:func:`kernel_times`' lines, short enough for a notebook's column: each kernel's
-    :func:`kernel_name` ("row_cluster<float>"), µs per call and launches per call."""
-    short = {key: kernel_name(key) for key in times}
-    width = max((len(name) for name in short.values()), default=0)
-    return [f"  {label}: {short[key]:<{width}} {us:8.1f} µs x{counts[key]}"
-            for key, us in times.items()]

@@ -12,6 +12,9 @@ Timing says how fast; these say why. Three views, each a few lines in a chapter:
 - :func:`ptx` compiles a kernel file to PTX with chosen flags (``--use_fast_math``), to see what
   a flag does to the code without running it.
 
+And without Nsight: :func:`kernel_times`, each kernel's GPU time in a call from torch.profiler
+(``bench.kernel_times`` in the chapters).
+
 The book's page "Profiling a kernel" (book/profiling.md) explains each number.
 """
 
@@ -118,6 +121,38 @@ def short_name(kernel_name: str) -> str:
             break
         out.append(char)
     return "".join(out)
+
+
+def kernel_times(label, fn, args, reps=5) -> dict:
+    """Per-kernel GPU time (µs, mean over reps) of fn(*args), from torch.profiler: where time goes.
+    Prints a line per kernel and returns ``{kernel name: µs per call}``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn(*args)
+        torch.cuda.synchronize()
+    events = [event for event in prof.key_averages() if event.device_time_total > 0]
+    times = {event.key: event.device_time_total / reps for event in events}
+    print("\n".join(kernel_lines(label, times, {e.key: e.count // reps for e in events})))
+    return times
+
+
+def kernel_name(name: str, width: int = 60) -> str:
+    """:func:`short_name` cut to ``width``: a profiler's kernel name short enough for a line."""
+    return short_name(name).strip()[:width]
+
+
+def kernel_lines(label: str, times: dict, counts: dict) -> list[str]:
+    """:func:`kernel_times`' lines, short enough for a notebook's column: each kernel's
+    :func:`kernel_name` ("row_cluster<float>"), µs per call and launches per call."""
+    short = {key: kernel_name(key) for key in times}
+    width = max((len(name) for name in short.values()), default=0)
+    return [f"  {label}: {short[key]:<{width}} {us:8.1f} µs x{counts[key]}"
+            for key, us in times.items()]
 
 
 def _in_toolkit(tool: str) -> Path:
