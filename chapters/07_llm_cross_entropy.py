@@ -391,11 +391,12 @@ del x, t
 # pass 2: each starts while the kernel before it runs and waits for it on the device, so its
 # time in the profiler includes that wait. Two changes already took part of this cost off: no
 # memset of the bad-target flag before the rows, and the final sum over many blocks instead of
-# one beyond 16384 rows (version 3's header has the measurements). The row kernel itself was
-# also written as a warp per row streaming its row through registers instead of shared
-# memory, for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final
-# launch, by letting the last block to finish add the losses, was measured for version 3 (its
-# header) and was slower: every block then pays a fence and an atomic.
+# one beyond 16384 rows (version 3's header says how; `bench/PERFLOG.md`, session 23, has the
+# measurements). The row kernel itself was also written as a warp per row streaming its row
+# through registers instead of shared memory, for the forward alone: the same kernel time
+# (`bench/PERFLOG.md`). Removing the final launch, by letting the last block to finish add the
+# losses, was measured for version 3 (its header) and was slower: every block then pays a
+# fence and an atomic.
 #
 # Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
 # L2 ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
