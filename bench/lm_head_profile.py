@@ -202,10 +202,11 @@ def gemm_costs(tokens: int, hidden: int, vocab: int, turns: int = 5) -> None:
     products = {"one product, K = T": lambda: torch.mm(dlogits.t(), h, out=grad_weight),
                 f"chunks of {chunk}, beta 1 (the op)": lambda: chunked(True),
                 f"chunks of {chunk}, beta 0": lambda: chunked(False)}
+    for run in products.values():
+        run()  # warm: cuBLAS's choice of kernel for each shape
     best = {name: float("inf") for name in products}
     for _ in range(turns):
         for name, run in products.items():
-            run()  # warm: cuBLAS's choice of kernel
             best[name] = min(best[name], wall_ms(run, 3))
     flop = 2 * tokens * hidden * vocab
     print(f"grad_weight = dlogits^T h, T={tokens} H={hidden} V={vocab} bf16, fastest of {turns}:")
