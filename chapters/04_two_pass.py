@@ -397,7 +397,9 @@ del pred, target
 # at 4096 elements and double until there are at most 8192 of them. Small inputs (up to
 # $2^{14}$ elements) get one block of 1024 threads that writes the mean itself: at $2^{12}$
 # elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
-# single program.
+# single program. Up to $2^{12}$ elements the block has 512 threads, the block size of
+# Inductor's program there (the profiler's record of its launch): a few percent faster than
+# 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1.
 #
 # Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
@@ -541,7 +543,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # trail changes from run to run. `bench/reduction_targets.py` times each size three times and
 # keeps the median; its published run, the last tables below, still has version 5 behind
 # `torch.compile` at $2^{12}$ elements for all three losses and at some of the middle sizes,
-# by a few percent. A switch's column says something only where it moves by more than the
+# by up to a tenth. A switch's column says something only where it moves by more than the
 # spread: the ordinary launch of pass 2 does, at $2^{16}$ and $2^{18}$ elements for both
 # losses. Plain loads from $2^{21}$ up do not: with the timing's clear reading its buffer
 # ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that evict-first

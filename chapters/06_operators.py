@@ -779,8 +779,8 @@ plt.show()
 # runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
 # last line checks.
 #
-# Per step, our runs are mostly slower (the last two columns); in runs this short the host's
-# timing is noisy enough for one of them to come out ahead, and which one changes from run to
+# Per step, our runs are slower in some rows and faster in others (the last two columns): in
+# runs this short the host's timing is noisy, and which ones come out ahead changes from run to
 # run.
 # These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than

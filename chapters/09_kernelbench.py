@@ -459,10 +459,10 @@ for r in course:
 # For the element-wise losses, on the GPU alone the course's three kernels and the compiler's
 # are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
 # KernelBench's rule the difference between the table's two columns counts as well: the host's
-# time to launch a program beyond the L2 flush queued ahead of it. In this run it is a few
-# hundredths of a millisecond for the compiled programs and for the course's MSE and Huber,
-# and several times that for the course's Hinge (eager's is smaller), and it moves from run to
-# run by about as much as the programs differ, so the rule's standings of these three problems
+# time to launch a program beyond the L2 flush queued ahead of it. In this run it is largest
+# for the course's Hinge, smaller for the course's MSE and Huber and for the compiled programs,
+# and smallest for eager, and it moves from run to run by about as much as the programs
+# differ, so the rule's standings of these three problems
 # (the lines above) change between runs: in this run Hinge is behind and the other two level; in
 # earlier runs (`bench/PERFLOG.md`) MSE was ahead in one and behind in another.
 # Timed on the host with the GPU kept busy, one call of a course operator takes about as long

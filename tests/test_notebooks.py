@@ -398,7 +398,7 @@ def test_the_status_page_shows_each_notebooks_host_speed(tmp_path, monkeypatch):
 
     env = {"gpu": "G", "driver": "d", "torch": "t", "cuda": "c", "nvcc": "n", "date": "D"}
     paths = []
-    for name, extra in (("a", {"host_op_us": 0.874}), ("b", {})):
+    for name, extra in (("a", {"host_us_per_op": 0.874}), ("b", {}), ("c", {"host_op_us": 2.7})):
         nb = nbformat.v4.new_notebook()
         nb.metadata["course"] = {"environment": {**env, **extra}, "sources": {}}
         paths.append(tmp_path / f"{name}.ipynb")
@@ -406,7 +406,8 @@ def test_the_status_page_shows_each_notebooks_host_speed(tmp_path, monkeypatch):
     monkeypatch.setattr(status, "ROOT", tmp_path)
     monkeypatch.setattr(status, "notebooks", lambda: paths)
     rows = [line for line in status.render().splitlines() if line.startswith("| `")]
-    assert rows[:2] == ["| `a.ipynb` | A | D | 0.87 | `–` |", "| `b.ipynb` | A | D | – | `–` |"]
+    assert rows[:3] == ["| `a.ipynb` | A | D | 0.87 | `–` |", "| `b.ipynb` | A | D | – | `–` |",
+                        "| `c.ipynb` | A | D | – | `–` |"]
 
 
 def test_the_host_speed_is_a_positive_time_per_call():

@@ -36,8 +36,9 @@ and show the stored two-GPU runs instead, each with its machine and date).
 "Host µs per op" is how long one small PyTorch call took on that machine's CPU
 (`kernels/measure/envinfo.py`): lent machines with the same GPU can have hosts of different
 speed, and the timings that wait for the host (small inputs, the training loops of chapter 6,
-KernelBench's rule in chapter 9) move with it. A `–` there: the notebook was executed before
-it was recorded.
+KernelBench's rule in chapter 9) move with it. It is measured before the notebook runs. A `–`
+there: the notebook was executed before that (the first records, taken just after the run while
+the notebook's kernel shut down, read up to 1.8x high and are not shown).
 
 """
 
@@ -107,7 +108,9 @@ def render() -> str:
             continue
         key = tuple(env[k] for k in ("gpu", "driver", "torch", "cuda", "nvcc"))
         label = machines.setdefault(key, chr(ord("A") + len(machines)))
-        host = env.get("host_op_us")  # absent from notebooks executed before it was recorded
+        # Absent from notebooks executed before it was recorded. Their "host_op_us", taken just
+        # after the run while the notebook's kernel shut down, read up to 1.8x high: not shown.
+        host = env.get("host_us_per_op")
         rows.append(f"| `{name}` | {label} | {env['date']} | "
                     f"{'–' if host is None else f'{host:.2f}'} | "
                     f"`{sources_digest(course.get('sources', {}))}` |")

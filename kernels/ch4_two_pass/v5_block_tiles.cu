@@ -28,7 +28,9 @@
 //    faster there (chapter 4's version 3 found the same).
 // bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
 // times what each buys. Tile sizes (4096-16384) and a warp per tile changed nothing measurable.
-// Still slow: at 2^12 elements the single block takes about 5% longer than Inductor's program.
+// At 2^12 elements and below the single block has Inductor's shape, 512 threads (its program's
+// launch record in the profiler) with two loads per input each: 1024 threads were 4-7% slower
+// than Inductor's program there, 512 are 2-5% (bench/PERFLOG.md, 2026-11-26).
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -51,6 +53,11 @@ constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
 constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements
+constexpr int kSmallThreads = 512;         // the smallest: one block of 512 threads, ...
+constexpr int kSmallUnroll = 2;            // ... 2 loads per input per thread ...
+constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
+static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
+              kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
 constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
 // Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
@@ -165,29 +172,30 @@ __device__ __forceinline__ float one_block_result(float sum, int64_t n) {
     return sum / static_cast<float>(n);
 }
 
-// Small inputs: one block reads everything and writes the mean.
+// Small inputs not 16-byte aligned: one block reads everything and writes the mean.
 template <class Loss, bool kBroadcast>
-__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs a, bool vector) {
+__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs a) {
     const float sum = block_sum<kOneBlockThreads>(
-        thread_sum<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, 0, a.n, vector));
+        thread_sum<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, 0, a.n, false));
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
-// The same for 16-byte aligned inputs, as straight-line code: each thread issues all its loads
-// (up to kOneBlockUnroll per input) before any arithmetic, where one_block_mean's loop over the
-// vectors left waits for each load in turn (at 2^13 elements, two round trips to memory). The
-// same sums in the same order, so the same bits.
-template <class Loss, bool kBroadcast>
-__global__ void __launch_bounds__(kOneBlockThreads) one_block_mean_vec(ReductionArgs a) {
+// The same for 16-byte aligned inputs of 4 elements or more, as straight-line code: each thread
+// issues all its loads (up to kLoads per input) before any arithmetic, where a loop over the
+// vectors would wait for each load in turn (at 2^13 elements, two round trips to memory).
+// (Loads past the end that read the last vector again, instead of the branches, were slower at
+// 2^13.)
+template <class Loss, bool kBroadcast, int kBlock, int kLoads>
+__global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred);
     const float4* target = reinterpret_cast<const float4*>(a.target);
     const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
     const int nvec = static_cast<int>(a.n / 4);
-    float4 p[kOneBlockUnroll], t[kOneBlockUnroll];
+    float4 p[kLoads], t[kLoads];
 #pragma unroll
-    for (int u = 0; u < kOneBlockUnroll; ++u) {
-        const int v = threadIdx.x + u * kOneBlockThreads;
+    for (int u = 0; u < kLoads; ++u) {
+        const int v = threadIdx.x + u * kBlock;
         if (v < nvec) {
             p[u] = pred[v];
             t[u] = kBroadcast ? __ldg(target + 4u * v % period / 4) : target[v];
@@ -195,23 +203,27 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean_vec(Reduction
     }
     float acc = 0.0f;
 #pragma unroll
-    for (int u = 0; u < kOneBlockUnroll; ++u)
-        if (threadIdx.x + u * kOneBlockThreads < nvec)
+    for (int u = 0; u < kLoads; ++u)
+        if (threadIdx.x + u * kBlock < nvec)
             acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
                    (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
     const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
     if (i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
-    const float sum = block_sum<kOneBlockThreads>(acc);
+    const float sum = block_sum<kBlock>(acc);
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
 template <class Loss, bool kBroadcast>
 static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
     if (a->n <= kOneBlockMax) {
-        if (vector)
-            one_block_mean_vec<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
+        if (!vector)
+            one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
+        else if (a->n <= kSmallMax)
+            one_block_mean_vec<Loss, kBroadcast, kSmallThreads, kSmallUnroll>
+                <<<1, kSmallThreads, 0, stream>>>(*a);
         else
-            one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a, vector);
+            one_block_mean_vec<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>
+                <<<1, kOneBlockThreads, 0, stream>>>(*a);
         return cudaGetLastError();
     }
     const int64_t tile_elems = tile_size(a->n);

@@ -58,5 +58,5 @@ def environment() -> dict:
         "cuda": torch.version.cuda or "none",
         "nvcc": nvcc_version(),
         "date": datetime.date.today().isoformat(),
-        "host_op_us": host_op_us(),
+        "host_us_per_op": host_op_us(),  # taken before the run (tools/execute.py)
     }
