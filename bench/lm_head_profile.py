@@ -13,7 +13,8 @@ time minus that sum, which is time the GPU had nothing to run (launch gaps, wait
 
 ``--gemms`` times only the weight gradient's product (``gemm_costs``): one product over all
 tokens as compile runs it, the op's chunked products added into grad_weight, and the same
-without the addition, to split the op's extra time between the short K and the read-modify-write.
+without the addition, to split the op's extra time between the short K and the read-modify-write;
+then the op's products again on cuBLASLt, PyTorch's other BLAS back end.
 
 ``--variants`` also times changes of the op's chunk loop (``variant_gradients``: the mean's
 1 / count applied to the whole grad_weight at the end, as the op did before it folded it into the
@@ -176,14 +177,25 @@ def variants_experiment(h, w, t) -> None:
             print(f"  {name:<22} " + "  ".join(f"{e:.1e}" for e in errors))
 
 
+def with_blas(library: str, chunked) -> None:
+    """The op's chunked products on another of PyTorch's BLAS back ends (cuBLASLt chooses its
+    kernels by heuristics of its own)."""
+    before = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        chunked(True)
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
+
+
 def gemm_costs(tokens: int, hidden: int, vocab: int, turns: int = 5) -> None:
-    """The weight gradient's product three ways, in turns, TFLOP/s of each (the fastest turn):
+    """The weight gradient's product four ways, in turns, TFLOP/s of each (the fastest turn):
     compile's one product over all tokens (K = T); the op's, a product per chunk of tokens
     added into grad_weight (``addmm_``: beta = 1, each chunk reads and writes grad_weight); and
     the same chunked products without the addition (beta = 0, a wrong sum, for the timing only).
     Chunked against one product is the cost of a short K; beta 1 against beta 0 is the cost of
     the read-modify-write of grad_weight, which a GEMM that accumulates in its epilogue would
-    hide."""
+    hide. The fourth is the op's products on cuBLASLt (``with_blas``)."""
     chunk = llm_head.default_chunk_rows(vocab, 2)
     g = torch.Generator(device="cuda").manual_seed(0)
     dlogits = torch.randn(tokens, vocab, device="cuda", generator=g).to(torch.bfloat16)
@@ -201,7 +213,8 @@ def gemm_costs(tokens: int, hidden: int, vocab: int, turns: int = 5) -> None:
 
     products = {"one product, K = T": lambda: torch.mm(dlogits.t(), h, out=grad_weight),
                 f"chunks of {chunk}, beta 1 (the op)": lambda: chunked(True),
-                f"chunks of {chunk}, beta 0": lambda: chunked(False)}
+                f"chunks of {chunk}, beta 0": lambda: chunked(False),
+                f"chunks of {chunk}, beta 1, cuBLASLt": lambda: with_blas("cublaslt", chunked)}
     for run in products.values():
         run()  # warm: cuBLAS's choice of kernel for each shape
     best = {name: float("inf") for name in products}
