@@ -106,13 +106,6 @@ def timeline(label: str, fn, args, reps: int = REPS) -> None:
         print(f"  {bench.kernel_name(calls[0][i][0], 48):<48} {start:8.1f} -> {end:8.1f} us")
 
 
-def head_step(loss_fn):
-    def step(h, w, t):
-        h.grad = w.grad = None
-        loss_fn(h, w, t).backward()
-    return step
-
-
 def main() -> int:
     import torch
     import torch.nn.functional as F
@@ -145,8 +138,8 @@ def main() -> int:
     inputs = head_inputs(8192, 4096, 128256)
     for name, loss_fn in (("fused (course)", linear_cross_entropy),
                           ("torch.compile", torch.compile(eager_head, dynamic=False))):
-        timeline(f"LM head T=8192 H=4096 V=128256 bf16 fwd+bwd, {name}", head_step(loss_fn),
-                 inputs, reps=5)
+        timeline(f"LM head T=8192 H=4096 V=128256 bf16 fwd+bwd, {name}",
+                 bench.training_step(loss_fn), inputs, reps=5)
     return 0
 
 

@@ -26,22 +26,17 @@ beside the op's.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import torch.nn.functional as F
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from kernels import bench
 from kernels.ops import llm_head
 from kernels.ops.llm_head import head_inputs, linear_cross_entropy
 from kernels.ops.schema import REDUCTIONS
-
-
-def step_of(loss_fn, h, w, t):
-    def step():
-        h.grad = w.grad = None
-        loss_fn(h, w, t).backward()
-    return step
 
 
 def wall_ms(step, steps: int) -> float:
@@ -250,7 +245,9 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}: LM head T={args.tokens} H={args.hidden} "
           f"V={args.vocab} bf16, forward+backward")
     for name, fn in heads.items():
-        profile_step(name, step_of(fn, *head_inputs(args.tokens, args.hidden, args.vocab)))
+        inputs = head_inputs(args.tokens, args.hidden, args.vocab)
+        profile_step(name, functools.partial(bench.training_step(fn), *inputs))
+        del inputs
         torch.cuda.empty_cache()
     if args.variants:
         h, w, t = head_inputs(args.tokens, args.hidden, args.vocab)

@@ -760,6 +760,20 @@ def test_training_step_clears_the_gradient_and_passes_grad_output():
     assert torch.allclose(x.grad, expected)
 
 
+def test_training_step_clears_every_input_that_has_a_gradient():
+    """An LM head's step takes hidden states, a weight and targets: both gradients are the last
+    step's, not a sum of steps."""
+    h = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 6, (4,))
+    head = lambda h, w, t: torch.nn.functional.cross_entropy(h @ w.t(), t)  # noqa: E731
+    expected = torch.autograd.grad(head(h, w, t), (h, w))
+    step = bench.training_step(head)
+    step(h, w, t)
+    step(h, w, t)
+    assert torch.allclose(h.grad, expected[0]) and torch.allclose(w.grad, expected[1])
+
+
 def test_training_step_turns_through_its_scales():
     x = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 7, (5,))

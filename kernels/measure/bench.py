@@ -148,17 +148,21 @@ def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
 
 
 def training_step(loss_fn, grad_output=None, scales=()):
-    """``step(x, t)``: the loss's share of a training step, forward then ``backward(grad_output)``,
-    with ``x.grad`` cleared first so that no step accumulates into the last one's gradient. With
-    ``scales``, each step's loss is multiplied by the next of them in turn before its backward,
-    as a loss-scaled training loop does (``scales=(1024.0,)``: always 1024)."""
+    """``step(*inputs)``: the loss's share of a training step, forward then
+    ``backward(grad_output)``, with the gradient of every input that requires one cleared first
+    (the prediction; an LM head's hidden states and weight), so that no step accumulates into the
+    last one's. With ``scales``, each step's loss is multiplied by the next of them in turn
+    before its backward, as a loss-scaled training loop does (``scales=(1024.0,)``: always
+    1024)."""
     import itertools
 
     turns = itertools.cycle(scales or (None,))
 
-    def step(x, t):
-        x.grad = None
-        loss, scale = loss_fn(x, t), next(turns)
+    def step(*inputs):
+        for x in inputs:
+            if getattr(x, "requires_grad", False):
+                x.grad = None
+        loss, scale = loss_fn(*inputs), next(turns)
         (loss if scale is None else loss * scale).backward(grad_output)
     return step
 
