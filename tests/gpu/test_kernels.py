@@ -288,9 +288,9 @@ def test_unaligned_views(path, op, offsets):
 @pytest.mark.parametrize("n", [4, 5, 100, 2048, 4095, 4096, 4100, 8192, 16380, 16384, 16388])
 def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
     """Version 5's single block changes shape above 2^12 elements and gives way to two passes
-    above 2^14; its vector loads past the end read the last vector again, and fewer than 4
-    elements take the one-at-a-time loop. A broadcast target is a row of 4 (vector loads) or,
-    for sizes not a multiple of 4, the whole row."""
+    above 2^14, and each shape skips the vectors past the end and adds the last 0-3 elements
+    one by one. A broadcast target is a row of 4 (vector loads) or, for sizes not a multiple
+    of 4, the whole row."""
     loss = loss_or_skip(op)
     fn = built_op(path, op)
     shape = ((n // 4, 4) if n % 4 == 0 else (1, n)) if broadcasts(loss) else (n,)
