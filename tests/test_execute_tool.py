@@ -53,6 +53,21 @@ def test_out_keeps_the_original_and_the_summary_names_the_failure(tmp_path, monk
     assert "KERNELS_SOURCES_LOG" not in os.environ and "IPYTHONDIR" not in os.environ
 
 
+@pytest.mark.timeout(300)
+def test_the_host_speed_is_measured_before_the_notebook_runs(tmp_path, monkeypatch):
+    """Just after a run the notebook's kernel is still shutting down and the host reads slow: the
+    record keeps the measurement taken before the first cell (here: before it writes a file)."""
+    from kernels.measure import envinfo
+
+    ran = tmp_path / "ran"
+    monkeypatch.setattr(envinfo, "host_op_us", lambda: 2.5 if ran.exists() else 1.25)
+    path = notebook(tmp_path / "nb.ipynb", f"open({str(ran)!r}, 'w').close()")
+    execute_tool.execute(path, timeout=120)
+    assert ran.exists()
+    environment = nbformat.read(path, as_version=4).metadata["course"]["environment"]
+    assert environment["host_us_per_op"] == 1.25
+
+
 def test_a_summary_split_over_calls_adds_up(tmp_path):
     path = tmp_path / "run.csv"
     row = {"notebook": "a", "outcome": "ok", "seconds": 1}

@@ -67,13 +67,13 @@ def execute(path: Path, timeout: int, out: Path | None = None,
     import nbformat
     from nbclient import NotebookClient
 
-    from kernels.measure.envinfo import environment
+    from kernels.measure.envinfo import environment, host_op_us
 
     notebook = nbformat.read(path, as_version=4)
     target = out / path if out else path
-    # Before the run: just after it, the notebook's kernel is still shutting down and the host's
-    # speed (envinfo.host_op_us) reads about 1.6x slower than it is.
-    env = environment()
+    # The host's speed before the run: just after it, the notebook's kernel is still shutting
+    # down and the host reads about 1.6x slower than it is.
+    host = host_op_us()
     saved = {k: os.environ.get(k) for k in ("KERNELS_SOURCES_LOG", "IPYTHONDIR")}
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "sources.jsonl"
@@ -98,7 +98,7 @@ def execute(path: Path, timeout: int, out: Path | None = None,
                 else:
                     os.environ[key] = value
         seconds = time.perf_counter() - started
-        notebook.metadata["course"] = {"environment": env,
+        notebook.metadata["course"] = {"environment": {**environment(), "host_us_per_op": host},
                                        "sources": logged_sources(log),
                                        "seconds": round(seconds)}
     target.parent.mkdir(parents=True, exist_ok=True)

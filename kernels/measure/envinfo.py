@@ -47,7 +47,8 @@ def host_op_us(calls: int = 2000, runs: int = 5) -> float:
 
 
 def environment() -> dict:
-    """The environment record stored in each executed notebook's metadata."""
+    """The environment record stored in each executed notebook's metadata (tools/execute.py adds
+    the host's speed, :func:`host_op_us`, measured before the notebook runs)."""
     import torch
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
@@ -58,5 +59,4 @@ def environment() -> dict:
         "cuda": torch.version.cuda or "none",
         "nvcc": nvcc_version(),
         "date": datetime.date.today().isoformat(),
-        "host_us_per_op": host_op_us(),  # taken before the run (tools/execute.py)
     }
