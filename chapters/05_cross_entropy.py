@@ -257,8 +257,8 @@ check(final, "cross_entropy", rtol=1e-5)
 # Where PyTorch ran `log_softmax` and `nll_loss`, the fused version runs one kernel over the
 # rows (`row_cached`) and small kernels that add their losses (`finish`; beyond 16384 rows,
 # `sum_chunks` first adds chunks of 4096 losses with many blocks, as here), and nothing
-# else: no memset clears a flag for bad targets first: a bad target stops the row kernel, so
-# the thread that writes row 0 writes the flag's 0. Nothing is copied back to the host, so no
+# else. No memset clears the bad-target flag first: a bad target stops the row kernel, so the
+# thread that writes row 0 writes the flag's 0. Nothing is copied back to the host, so no
 # call waits for the GPU (see below for how a bad target is reported all the same).
 
 # %% tags=["gpu", "nbval-ignore-output"]
