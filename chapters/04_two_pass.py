@@ -399,7 +399,13 @@ del pred, target
 # elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
 # single program. Up to $2^{12}$ elements the block has 512 threads, the block size of
 # Inductor's program there (the profiler's record of its launch): a few percent faster than
-# 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1.
+# 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1. And where the input fills
+# the block's loads exactly ($2^{12}$ elements for the small block, $2^{14}$ for the large one),
+# a copy of the kernel without bounds checks runs. That is the last thing Inductor's program
+# had over ours: `torch.compile(dynamic=False)` compiles a program for each size, whose bounds
+# are constants, so its checks fold away; the checks cost version 5 a few percent at $2^{12}$
+# (`bench/one_block_probe.py`). The end of the chapter times the two side by side, with a
+# `torch.compile` built for every size.
 #
 # Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
@@ -582,6 +588,23 @@ targets = [dict(r, provider=NAMES.get(r["provider"], r["provider"]))
 Markdown("\n\n".join(f"**{loss}**, median of three\n\n"
                        + results.ratio_table(targets, ["v5"], loss, "torch.compile")
                        for loss in ("mse", "smooth_l1", "hinge")))
+
+# %% [markdown]
+# The baseline is `torch.compile(dynamic=False)`: a program for each size, with that size
+# written into its code. Version 5 is one kernel for every size, and picks its full-block copy
+# at run time. Asked for one program for every size (`dynamic=True`), `torch.compile` gives up
+# its constants. The two baselines and version 5 side by side, at $2^{12}$ and $2^{14}$
+# elements, where the full-block copy runs, and at 3000 and $2^{13}$, where it does not: each
+# time / the program compiled for that size (median of five runs in turn):
+
+# %% tags=["gpu", "nbval-ignore-output"]
+generic = torch.compile(kernels.get_loss("mse").reference, dynamic=True)
+print(f"{'n':>6}{'dynamic=True':>14}{'v5':>8}   (time / torch.compile, dynamic=False)")
+for n in (1 << 12, 3000, 1 << 13, 1 << 14):
+    ms = {m.provider: m.ms for m in bench.median_against_compile(
+        {"dynamic=True": generic, "v5": v5.mse}, "mse", n, runs=5)}
+    print(f"{n:>6}{ms['dynamic=True'] / ms['torch.compile']:>14.3f}"
+          f"{ms['v5'] / ms['torch.compile']:>8.3f}")
 
 # %% [markdown]
 # ## Small margins, and a line that can be crossed
