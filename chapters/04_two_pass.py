@@ -423,7 +423,11 @@ del pred, target
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
 #   write-back. Larger inputs read with plain loads, which measured faster there (version 3's
-#   `kPlainLoadsFrom` found the same).
+#   `kPlainLoadsFrom` found the same). `__ldcs` is inline assembly, which the compiler
+#   schedules less freely: at three blocks per SM (40 registers per thread) this copy of
+#   pass 1 kept some of its values in local memory, and Smooth L1 ran up to a tenth slower than
+#   with plain loads. `nvcc -Xptxas -v` prints each kernel's registers and "bytes spill
+#   stores"; the copy now asks for two blocks per SM, 64 registers, and spills nothing.
 #
 # Each change is a switch in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
 # `bench/v5_ablation.py` can build version 5 without one of them and time the three builds

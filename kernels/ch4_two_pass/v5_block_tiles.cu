@@ -62,10 +62,17 @@ constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this
 constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
 // Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
 // an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4) holds 1024.
+// Its evict-first copy for same-shape inputs asks for 2 (64 registers): at 40 it spilled 8-28
+// bytes per thread (`ptxas -v`; __ldcs is inline assembly, which the compiler schedules less
+// freely), a few loads and stores of local memory per tile that left Smooth L1 7% behind plain
+// loads at 2^22 elements and 11% at 2^24. The broadcast copy does not spill, and ran 15-20%
+// slower at 2 blocks per SM (bench/PERFLOG.md, session 25).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define TILE_BLOCKS_PER_SM 1
+#define STREAM_TILE_BLOCKS_PER_SM 1
 #else
 #define TILE_BLOCKS_PER_SM 3
+#define STREAM_TILE_BLOCKS_PER_SM 2
 #endif
 
 // Elements per tile for n inputs: a function of n only, so the sum order is fixed by n. At most
@@ -136,7 +143,8 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
 
 // Pass 1: one float partial per tile.
 template <class Loss, bool kBroadcast, bool kStream>
-__global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(kThreads, kStream && !kBroadcast ? STREAM_TILE_BLOCKS_PER_SM
+                                                                   : TILE_BLOCKS_PER_SM)
 tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elems, bool vector) {
     let_next_kernel_start();  // pass 2 may now be scheduled; it waits for this grid on the device
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
