@@ -554,7 +554,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # trail changes from run to run. `bench/reduction_targets.py` times each size three times and
 # keeps the median; its published run, the last tables below, still has version 5 behind
 # `torch.compile` at $2^{12}$ elements for all three losses and at a few of the middle sizes,
-# each by a few percent at most. A switch's column says something only where it moves by more
+# by up to about a tenth. A switch's column says something only where it moves by more
 # than the spread: the ordinary launch of pass 2 does, at $2^{16}$ and $2^{18}$ elements for
 # both losses. Plain loads from $2^{21}$ up do not: with the timing's clear reading its buffer
 # ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that evict-first
