@@ -273,13 +273,10 @@ def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int | N
 
 def bench_loss_runs(providers: dict, loss_name: str, shape, runs: int = 3,
                     **kwargs) -> list[list[Measurement]]:
-    """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run, each in
-    ``providers``' order. Each run starts one provider further along the order, so that each
-    takes each place in turn: a provider's place once moved its time by a tenth, the same kernel
-    second and fourth in the order at 2^20 elements, in 30 runs out of 30 (bench/PERFLOG.md,
-    session 25)."""
-    names = list(providers)
-    samples = []
+    """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run, in
+    ``providers``' order. Each run starts one provider further along the order: a place in the
+    order once moved a kernel's time by a tenth, run after run (bench/PERFLOG.md, session 25)."""
+    names, samples = list(providers), []
     for run in range(runs):
         order = names[run % len(names):] + names[:run % len(names)]
         measured = {m.provider: m for m in bench_loss({name: providers[name] for name in order},
