@@ -404,8 +404,8 @@ del pred, target
 # a copy of the kernel without bounds checks runs. That is the last thing Inductor's program
 # had over ours: `torch.compile(dynamic=False)` compiles a program for each size, whose bounds
 # are constants, so its checks fold away; the checks cost version 5 a few percent at $2^{12}$
-# (`bench/one_block_probe.py`). The end of the chapter times the two side by side, with a
-# `torch.compile` built for every size.
+# (`bench/one_block_probe.py`). After the ratio tables below, the chapter times the two side
+# by side, with a `torch.compile` built for every size.
 #
 # Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
