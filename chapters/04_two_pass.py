@@ -613,10 +613,10 @@ for n in (1 << 12, 3000, 1 << 13, 1 << 14):
 
 # %% [markdown]
 # Built for every size, `torch.compile`'s program is slower than the one built for each size,
-# and slower than version 5, at every size in the table. What is left between version 5 and
-# the baseline at the smallest sizes is the baseline's specialisation: at 3000 elements, where
-# version 5 keeps its bounds checks and the program built for 3000 has its size as a constant,
-# that program stays a few percent ahead.
+# and slower than version 5, at every size in the table. The program built for one size keeps
+# a lead of a few percent or less at the smallest sizes: at 3000 elements, where version 5
+# keeps its bounds checks and that program has its size as a constant, and at $2^{12}$, where
+# neither checks its bounds.
 
 # %% [markdown]
 # ## Small margins, and a line that can be crossed
