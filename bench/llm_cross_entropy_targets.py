@@ -13,11 +13,14 @@ Side by side on the same inputs, in one process:
    V=128256 and T=16384, H=2048, V=151936 bf16: eager, ``torch.compile``, matmul + v4, the
    fused linear cross-entropies of other projects that are installed
    (``llm_head.other_fused_heads``) and ``kernels.ops.llm_head.linear_cross_entropy``; time and
-   the peak memory beyond the inputs, the weight and their gradients.
+   the peak memory beyond the inputs, the weight and their gradients. The target's ratio,
+   course / compile, is the median of five turns that time the two steps one after the other
+   (one measurement each moved it by several percent from run to run: bench/PERFLOG.md).
 Writes book/results/llm_cross_entropy.csv (time, GB/s) and book/results/llm_head.csv (time,
 memory).
 """
 import functools
+import statistics
 import sys
 
 import torch
@@ -73,6 +76,17 @@ def time_ce(providers, shape, dtype, backward, reps=30):
 
 # --- the LM head ------------------------------------------------------------------------------
 
+COURSE_HEAD = "fused linear + CE (course)"
+
+
+def head_ratio_in_turns(providers: dict, inputs, turns: int = 5) -> float:
+    """The course's step time / torch.compile's: the median over ``turns`` of the two steps
+    timed one after the other (``bench.in_turns``), so a drift of the clock falls on both."""
+    steps = {name: bench.training_step(providers[name]) for name in (COURSE_HEAD, "compile")}
+    ms = bench.in_turns(steps, [inputs], turns=turns, reps=8)
+    return statistics.median(c / k for c, k in zip(ms[COURSE_HEAD], ms["compile"]))
+
+
 def head_providers(v4):
     def eager(h, w, t):
         return F.cross_entropy(h @ w.t(), t)
@@ -82,7 +96,7 @@ def head_providers(v4):
 
     return {"eager": eager, "compile": torch.compile(eager, dynamic=False),
             "matmul + v4": matmul_v4, **other_fused_heads(),
-            "fused linear + CE (course)": linear_cross_entropy}
+            COURSE_HEAD: linear_cross_entropy}
 
 
 def main(with_head=True):
@@ -106,10 +120,11 @@ def main(with_head=True):
               f"{m.gbps:7.0f} {100 * m.gbps / copy:5.1f}%")
     results.save(results.rows_from(measured, gpu, CHAPTER, peak), CHAPTER)
 
-    head_rows, head = [], {}
+    head_rows, head, in_turns = [], {}, {}
     for tokens, hidden, vocab in ((8192, 4096, 128256), (16384, 2048, 151936))[:2 * with_head]:
         print(f"\nLM head T={tokens} H={hidden} V={vocab} bf16, forward+backward")
-        for name, fn in head_providers(v4).items():
+        providers = head_providers(v4)
+        for name, fn in providers.items():
             try:
                 ms, extra = measure_step(fn, *head_inputs(tokens, hidden, vocab))
             except torch.OutOfMemoryError:
@@ -121,6 +136,9 @@ def main(with_head=True):
                               "provider": name, "ms": round(ms, 3),
                               "extra_gib": round(extra, 3)})
             print(f"  {name:<28} {ms:8.2f} ms  {extra:6.2f} GiB beyond inputs, weight, grads")
+        if (tokens, COURSE_HEAD) in head and (tokens, "compile") in head:
+            in_turns[tokens] = head_ratio_in_turns(providers, head_inputs(tokens, hidden, vocab))
+            print(f"  course / compile, median of 5 turns: {in_turns[tokens]:.3f}")
     if with_head:
         results.save_table(head_rows, "llm_head")
 
@@ -139,11 +157,10 @@ def main(with_head=True):
         targets.append((f"CE fwd {shape[0]}x{shape[1]} bf16 >= 3000 GB/s",
                         get("cross_entropy_fwd_bfloat16", shape, ours).gbps, 3000, "min"))
     for tokens in (8192, 16384):
-        course, compiled = head.get((tokens, "fused linear + CE (course)")), head.get(
-            (tokens, "compile"))
-        if course and compiled:
-            targets.append((f"LM head T={tokens}: course / compile time <= 1.00",
-                            course[0] / compiled[0], 1.0, "max"))
+        course = head.get((tokens, COURSE_HEAD))
+        if tokens in in_turns:
+            targets.append((f"LM head T={tokens}: course / compile <= 1.00 (in turns)",
+                            in_turns[tokens], 1.0, "max"))
         if course:
             targets.append((f"LM head T={tokens}: extra memory <= 0.25 GiB", course[1], 0.25,
                             "max"))

@@ -1,5 +1,6 @@
-"""Why torch.compile's program leads version 5's single block at 2^12 elements: a probe, not a
-benchmark (bench/PERFLOG.md, session 24, has its first run).
+"""Why torch.compile's program led version 5's single block at 2^12 elements (the bounds checks,
+which version 5's full-block copy now drops): a probe, not a benchmark (bench/PERFLOG.md,
+sessions 24 and 25).
 
     python bench/one_block_probe.py             # on the GPU machine (sm_90), about a minute
     python bench/one_block_probe.py --dynamic   # torch.compile(dynamic=True) beside them
@@ -40,6 +41,7 @@ VARIANTS = {
     "1024x4 __ldg": (1024, 4, 2, True, False, False),
     "1024x4, mean by multiply": (1024, 4, 0, True, False, True),
     "1024x1, no checks": (1024, 1, 0, False, False, False),
+    "512x2, no checks": (512, 2, 0, False, False, False),
     "256x4, no checks": (256, 4, 0, False, False, False),
     "1024x1, one barrier": (1024, 1, 0, True, True, False),
     "1024x1, no checks, one barrier": (1024, 1, 0, False, True, False),

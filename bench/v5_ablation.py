@@ -12,6 +12,7 @@ each build's time / torch.compile's and writes book/results/v5_ablation.csv
 This is a benchmark, not a timed test.
 
     python bench/v5_ablation.py --shapes   # a probe: other block shapes and tiles, printed only
+    python bench/v5_ablation.py --losses smooth_l1 --sizes 20,22,24 --runs 7   # printed only
 
 ``--shapes`` builds copies of the file with other values of pass 1's constants (threads per
 block, loads per step, the smallest tile: ``SHAPES``), checks each copy's result against the
@@ -73,14 +74,14 @@ def build_all(folder: Path, builds: dict) -> dict:
     return kernels
 
 
-def check_all(kernels: dict, sizes) -> None:
+def check_all(kernels: dict, losses, sizes) -> None:
     """Each build against float64 at each size, as chapter 4 checks version 5 (a copy with other
     constants is new code): ``check_case`` raises CheckFailed, with its FAIL line, at the first
     wrong one."""
     from kernels import bench
     from kernels.measure.correctness import check_case
 
-    for loss in LOSSES:
+    for loss in losses:
         for n in sizes:
             for label, kernel in kernels.items():
                 check_case(getattr(kernel, loss), loss, label, bench.element_wise_shape(n, loss),
@@ -93,28 +94,36 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", action="store_true", help="other block shapes and tiles")
-    shapes = parser.parse_args().shapes
+    parser.add_argument("--losses", help="comma-separated losses (default mse,hinge); printed only")
+    parser.add_argument("--sizes", help="log2 sizes, e.g. 20,22,24; printed only")
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs in turn per size (median)")
+    opts = parser.parse_args()
+    shapes = opts.shapes
     builds, sizes = (SHAPES, SHAPE_SIZES) if shapes else (BUILDS, SIZES)
+    losses = opts.losses.split(",") if opts.losses else LOSSES
+    if opts.sizes:
+        sizes = [1 << int(k) for k in opts.sizes.split(",")]
+    probe = shapes or bool(opts.losses or opts.sizes) or opts.runs != RUNS  # the table's run or not
     Chapter.allow_recompiles(64)  # one graph per shape: 8 sizes x 2 losses
     gpu = torch.cuda.get_device_name()
     scratch = ROOT / ".scratch"  # git-ignored; load() builds files inside the repository only
     scratch.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         kernels = build_all(Path(folder), builds)
-        check_all(kernels, sizes)
+        check_all(kernels, losses, sizes)
         rows = []
         print(f"{gpu}: time / torch.compile (below 1.00 is faster)")
         print(f"{'loss':<7}{'n':>6}{'compile us':>12}" + "".join(f"{label:>32}" for label in kernels))
-        for loss in LOSSES:
+        for loss in losses:
             for n in sizes:
                 ops = {label: getattr(k, loss) for label, k in kernels.items()}
-                measured = bench.median_against_compile(ops, loss, n, RUNS)
+                measured = bench.median_against_compile(ops, loss, n, opts.runs)
                 rows += results.rows_from(measured, gpu, "v5_ablation", 0.0)
                 ms = {m.provider: m.ms for m in measured}
                 base = ms["torch.compile"]
                 print(f"{loss:<7}{'2^%d' % round(math.log2(n)):>6}{1e3 * base:>12.2f}"
                       + "".join(f"{ms[label] / base:>32.3f}" for label in kernels), flush=True)
-    if not shapes:  # the chapter's table is the switches'
+    if not probe:  # the chapter's table: the switches, at the default losses, sizes and runs
         print(f"wrote {results.save(rows, 'v5_ablation')}")
 
 

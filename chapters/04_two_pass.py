@@ -399,7 +399,13 @@ del pred, target
 # elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
 # single program. Up to $2^{12}$ elements the block has 512 threads, the block size of
 # Inductor's program there (the profiler's record of its launch): a few percent faster than
-# 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1.
+# 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1. And where the input fills
+# the block's loads exactly ($2^{12}$ elements for the small block, $2^{14}$ for the large one),
+# a copy of the kernel without bounds checks runs. That is the last thing Inductor's program
+# had over ours: `torch.compile(dynamic=False)` compiles a program for each size, whose bounds
+# are constants, so its checks fold away; the checks cost version 5 a few percent at $2^{12}$
+# (`bench/one_block_probe.py`). After the ratio tables below, the chapter times the two side
+# by side, with a `torch.compile` built for every size.
 #
 # Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
@@ -417,7 +423,11 @@ del pred, target
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
 #   write-back. Larger inputs read with plain loads, which measured faster there (version 3's
-#   `kPlainLoadsFrom` found the same).
+#   `kPlainLoadsFrom` found the same). `__ldcs` is inline assembly, which the compiler
+#   schedules less freely: at three blocks per SM (40 registers per thread) this copy of
+#   pass 1 kept some of its values in local memory, and Smooth L1 ran up to a tenth slower than
+#   with plain loads. `nvcc -Xptxas -v` prints each kernel's registers and "bytes spill
+#   stores"; the copy now asks for two blocks per SM, 64 registers, and spills nothing.
 #
 # Each change is a switch in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
 # `bench/v5_ablation.py` can build version 5 without one of them and time the three builds
@@ -533,8 +543,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s, from
 # `bench/v5_ablation.py`'s run, the chapter's own sweep and `bench/reduction_targets.py`'s
 # run). Version 5 is well ahead at $2^{14}$ elements and level or a little ahead from
-# $2^{26}$ up, for all three losses. At $2^{12}$ elements `torch.compile`'s single program is
-# still ahead of our single block, for all three losses. In between, from $2^{16}$ to
+# $2^{26}$ up, for all three losses. At $2^{12}$ elements our single block and
+# `torch.compile`'s single program are within a few percent of each other; the end of the
+# section says what is left between them. In between, from $2^{16}$ to
 # $2^{24}$ elements, where a call takes microseconds, not milliseconds, one run cannot rank
 # the two. The ablation's tables, first below, show why: under $2^{21}$ elements the
 # plain-loads build runs version 5's very kernels (its switch acts from $2^{21}$ up), and yet
@@ -542,10 +553,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # The chapter's own sweep, the tables after them, is mixed at these sizes, and which sizes
 # trail changes from run to run. `bench/reduction_targets.py` times each size three times and
 # keeps the median; its published run, the last tables below, still has version 5 behind
-# `torch.compile` at $2^{12}$ elements for all three losses and at some of the middle sizes,
-# by up to a tenth. A switch's column says something only where it moves by more than the
-# spread: the ordinary launch of pass 2 does, at $2^{16}$ and $2^{18}$ elements for both
-# losses. Plain loads from $2^{21}$ up do not: with the timing's clear reading its buffer
+# `torch.compile` at $2^{12}$ elements for all three losses and at a few of the middle sizes,
+# by up to about a tenth. A switch's column says something only where it moves by more
+# than the spread: the ordinary launch of pass 2 does, at $2^{16}$ and $2^{18}$ elements for
+# both losses. Plain loads from $2^{21}$ up do not: with the timing's clear reading its buffer
 # ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that evict-first
 # loads used to leave alone were the old write clear's own.
 
@@ -582,6 +593,30 @@ targets = [dict(r, provider=NAMES.get(r["provider"], r["provider"]))
 Markdown("\n\n".join(f"**{loss}**, median of three\n\n"
                        + results.ratio_table(targets, ["v5"], loss, "torch.compile")
                        for loss in ("mse", "smooth_l1", "hinge")))
+
+# %% [markdown]
+# The baseline is `torch.compile(dynamic=False)`: a program for each size, with that size
+# written into its code. Version 5 is one kernel for every size, and picks its full-block copy
+# at run time. Asked for one program for every size (`dynamic=True`), `torch.compile` gives up
+# its constants. The two baselines and version 5 side by side, at $2^{12}$ and $2^{14}$
+# elements, where the full-block copy runs, and at 3000 and $2^{13}$, where it does not: each
+# time / the program compiled for that size (median of five runs in turn):
+
+# %% tags=["gpu", "nbval-ignore-output"]
+generic = torch.compile(kernels.get_loss("mse").reference, dynamic=True)
+print(f"{'n':>6}{'dynamic=True':>14}{'v5':>8}   (time / torch.compile, dynamic=False)")
+for n in (1 << 12, 3000, 1 << 13, 1 << 14):
+    ms = {m.provider: m.ms for m in bench.median_against_compile(
+        {"dynamic=True": generic, "v5": v5.mse}, "mse", n, runs=5)}
+    print(f"{n:>6}{ms['dynamic=True'] / ms['torch.compile']:>14.3f}"
+          f"{ms['v5'] / ms['torch.compile']:>8.3f}")
+
+# %% [markdown]
+# Built for every size, `torch.compile`'s program is slower than the one built for each size,
+# and slower than version 5, at every size in the table. The program built for one size keeps
+# a lead of a few percent or less at the smallest sizes: at 3000 elements, where version 5
+# keeps its bounds checks and that program has its size as a constant, and at $2^{12}$, where
+# neither checks its bounds.
 
 # %% [markdown]
 # ## Small margins, and a line that can be crossed

@@ -97,3 +97,22 @@ def test_a_repeated_load_reads_nothing_until_a_file_changes(build_dir, monkeypat
     assert reads == [path] and edited is not kernel and not edited.cached
     assert load(path, archs=ARCHS) is edited and reads == [path]
     path.unlink()
+
+
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_version_5s_kernels_spill_no_registers(arch, tmp_path):
+    """Version 5's evict-first pass 1 spilled 8-28 bytes per thread at 3 blocks per SM (40
+    registers), which cost Smooth L1 7-11% at 2^22-2^24 elements (bench/PERFLOG.md, session 25):
+    ptxas's report for every kernel of the file must say 0 bytes of spill stores."""
+    import subprocess
+
+    if nvcc() is None:
+        pytest.skip("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    source = ROOT / "kernels" / "ch4_two_pass" / "v5_block_tiles.cu"
+    report = subprocess.run(
+        [nvcc(), "-std=c++17", "-O3", f"-arch={arch}", "-Xptxas", "-v", "-c", str(source),
+         "-I", str(ROOT / "kernels" / "common"), "-o", str(tmp_path / "v5.o")],
+        capture_output=True, text=True, check=True).stderr
+    spills = re.findall(r"(\d+) bytes spill stores", report)
+    assert len(spills) >= 12, report  # pass 1's 12 copies, at least
+    assert set(spills) == {"0"}, report

@@ -4,6 +4,8 @@ size listed as slower prints beside its median ratio."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from kernels import bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,3 +28,21 @@ def test_the_range_pairs_each_runs_two_times():
     # final / compile per run: 1.10, 0.95, 1.02 (not min(final) / max(compile))
     assert targets.run_range([1.10, 0.95, 1.02], [1.0, 1.0, 1.0]) == ", runs x0.95-1.10"
     assert targets.run_range([2.0, 2.0], [1.0, 4.0]) == ", runs x0.50-2.00"
+
+
+def test_each_run_starts_one_provider_further_and_returns_the_providers_order(monkeypatch):
+    orders = []
+
+    def fake_bench_loss(providers, loss_name, shape, **kwargs):
+        orders.append(list(providers))
+        return [bench.Measurement(loss_name, name, tuple(shape), 64, float(place))
+                for place, name in enumerate(providers)]
+
+    monkeypatch.setattr(bench, "bench_loss", fake_bench_loss)
+    runs = bench.bench_loss_runs({"eager": None, "compile": None, "final": None}, "mse", (8,))
+    assert orders == [["eager", "compile", "final"], ["compile", "final", "eager"],
+                      ["final", "eager", "compile"]]
+    assert [[m.provider for m in run] for run in runs] == [["eager", "compile", "final"]] * 3
+    # each provider's times are its places in the three runs: 0, 1, 2 in some order
+    assert [sorted(run[i].ms for run in runs) for i in range(3)] == [[0.0, 1.0, 2.0]] * 3
+    assert [m.ms for m in bench.median_of_runs(runs)] == pytest.approx([1.0, 1.0, 1.0])

@@ -62,10 +62,17 @@ constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this
 constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
 // Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
 // an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4) holds 1024.
+// Its evict-first copy for same-shape inputs asks for 2 (64 registers): at 40 it spilled 8-28
+// bytes per thread (`ptxas -v`; __ldcs is inline assembly, which the compiler schedules less
+// freely), a few loads and stores of local memory per tile that left Smooth L1 7% behind plain
+// loads at 2^22 elements and 11% at 2^24. The broadcast copy does not spill, and ran 15-20%
+// slower at 2 blocks per SM (bench/PERFLOG.md, session 25).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define TILE_BLOCKS_PER_SM 1
+#define STREAM_TILE_BLOCKS_PER_SM 1
 #else
 #define TILE_BLOCKS_PER_SM 3
+#define STREAM_TILE_BLOCKS_PER_SM 2
 #endif
 
 // Elements per tile for n inputs: a function of n only, so the sum order is fixed by n. At most
@@ -136,7 +143,8 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
 
 // Pass 1: one float partial per tile.
 template <class Loss, bool kBroadcast, bool kStream>
-__global__ void __launch_bounds__(kThreads, TILE_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(kThreads, kStream && !kBroadcast ? STREAM_TILE_BLOCKS_PER_SM
+                                                                   : TILE_BLOCKS_PER_SM)
 tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elems, bool vector) {
     let_next_kernel_start();  // pass 2 may now be scheduled; it waits for this grid on the device
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -183,9 +191,11 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
 // The same for 16-byte aligned inputs of 4 elements or more, as straight-line code: each thread
 // issues all its loads (up to kLoads per input) before any arithmetic, where a loop over the
 // vectors would wait for each load in turn (at 2^13 elements, two round trips to memory).
-// (Loads past the end that read the last vector again, instead of the branches, were slower at
-// 2^13.)
-template <class Loss, bool kBroadcast, int kBlock, int kLoads>
+// Loads past the end that read the last vector again, instead of the branches, were slower at
+// 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
+// go, as they do in torch.compile's program compiled for that one size (its bounds are
+// constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull>
 __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred);
@@ -196,7 +206,7 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
         const int v = threadIdx.x + u * kBlock;
-        if (v < nvec) {
+        if (kFull || v < nvec) {
             p[u] = pred[v];
             t[u] = kBroadcast ? __ldg(target + 4u * v % period / 4) : target[v];
         }
@@ -204,13 +214,23 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     float acc = 0.0f;
 #pragma unroll
     for (int u = 0; u < kLoads; ++u)
-        if (threadIdx.x + u * kBlock < nvec)
+        if (kFull || threadIdx.x + u * kBlock < nvec)
             acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
                    (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
     const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
-    if (i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
+    if (!kFull && i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
     const float sum = block_sum<kBlock>(acc);
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
+}
+
+// One block of kBlock threads for aligned inputs of up to kBlock x kLoads vectors: the copy
+// without bounds checks when the input fills every load.
+template <class Loss, bool kBroadcast, int kBlock, int kLoads>
+static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
+    const bool full = a->n == 4LL * kBlock * kLoads;
+    auto kernel = full ? one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, true>
+                       : one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, false>;
+    kernel<<<1, kBlock, 0, stream>>>(*a);
 }
 
 template <class Loss, bool kBroadcast>
@@ -219,11 +239,9 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
         if (!vector)
             one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
         else if (a->n <= kSmallMax)
-            one_block_mean_vec<Loss, kBroadcast, kSmallThreads, kSmallUnroll>
-                <<<1, kSmallThreads, 0, stream>>>(*a);
+            launch_one_block<Loss, kBroadcast, kSmallThreads, kSmallUnroll>(a, stream);
         else
-            one_block_mean_vec<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>
-                <<<1, kOneBlockThreads, 0, stream>>>(*a);
+            launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
     const int64_t tile_elems = tile_size(a->n);

@@ -273,8 +273,16 @@ def bench_loss(providers: dict, loss_name: str, shape, dtype=None, reps: int | N
 
 def bench_loss_runs(providers: dict, loss_name: str, shape, runs: int = 3,
                     **kwargs) -> list[list[Measurement]]:
-    """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run."""
-    return [bench_loss(providers, loss_name, shape, **kwargs) for _ in range(runs)]
+    """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run, in
+    ``providers``' order. Each run starts one provider further along the order: a place in the
+    order once moved a kernel's time by a tenth, run after run (bench/PERFLOG.md, session 25)."""
+    names, samples = list(providers), []
+    for run in range(runs):
+        order = names[run % len(names):] + names[:run % len(names)]
+        measured = {m.provider: m for m in bench_loss({name: providers[name] for name in order},
+                                                      loss_name, shape, **kwargs)}
+        samples.append([measured[name] for name in names])
+    return samples
 
 
 def median_of_runs(samples: list[list[Measurement]]) -> list[Measurement]:

@@ -289,7 +289,8 @@ def test_unaligned_views(path, op, offsets):
 def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
     """Version 5's single block changes shape above 2^12 elements and gives way to two passes
     above 2^14, and each shape skips the vectors past the end and adds the last 0-3 elements
-    one by one. A broadcast target is a row of 4 (vector loads) or, for sizes not a multiple
+    one by one, or, where the input fills every load (4096 and 16384), runs a copy without
+    bounds checks. A broadcast target is a row of 4 (vector loads) or, for sizes not a multiple
     of 4, the whole row."""
     loss = loss_or_skip(op)
     fn = built_op(path, op)
