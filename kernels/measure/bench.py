@@ -275,7 +275,7 @@ def bench_loss_runs(providers: dict, loss_name: str, shape, runs: int = 3,
                     **kwargs) -> list[list[Measurement]]:
     """:func:`bench_loss` run ``runs`` times in turn: one list of measurements per run, in
     ``providers``' order. Each run starts one provider further along the order: a place in the
-    order once moved a kernel's time by a tenth, run after run (bench/PERFLOG.md, session 25)."""
+    order once moved a kernel's median by a tenth, in two passes (bench/PERFLOG.md, session 25)."""
     names, samples = list(providers), []
     for run in range(runs):
         order = names[run % len(names):] + names[:run % len(names)]
