@@ -46,3 +46,16 @@ def test_each_run_starts_one_provider_further_and_returns_the_providers_order(mo
     # each provider's times are its places in the three runs: 0, 1, 2 in some order
     assert [sorted(run[i].ms for run in runs) for i in range(3)] == [[0.0, 1.0, 2.0]] * 3
     assert [m.ms for m in bench.median_of_runs(runs)] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_a_slower_size_is_listed_with_its_median_ratio_and_its_runs_range():
+    def m(ms):
+        return bench.Measurement("mse", "x", (8,), 64, ms)
+
+    measured = {("mse", 4096, "final"): m(1.05), ("mse", 4096, "eager"): m(2.0),
+                ("mse", 4096, "compile"): m(1.0), ("mse", 1 << 20, "final"): m(1.0),
+                ("mse", 1 << 20, "eager"): m(3.0), ("mse", 1 << 20, "compile"): m(1.0)}
+    run_ms = {key: [value.ms] * 3 for key, value in measured.items()}
+    run_ms[("mse", 4096, "final")] = [1.10, 0.95, 1.05]
+    assert targets.slower_sizes("mse", [4096, 1 << 20], measured, run_ms) == [
+        "2^12 (compile x1.05, runs x0.95-1.10)"]  # 2^20: level with compile is not slower
