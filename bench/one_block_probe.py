@@ -159,11 +159,8 @@ def cold_and_warm(fns: dict, p, t) -> None:
 
     from kernels import bench
 
-    cold = {name: [] for name in fns}
+    cold = bench.in_turns(fns, [(p, t)], turns=7, reps=200)
     warm = {name: [] for name in fns}
-    for _ in range(7):
-        for name, fn in fns.items():
-            cold[name].append(bench.time_ms(fn, [(p, t)], reps=200))
     for _ in range(5):
         for name, fn in fns.items():
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(200)]
