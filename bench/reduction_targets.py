@@ -15,8 +15,14 @@ torch.sum over a 4 GiB tensor (the read bandwidth), and eager PyTorch, torch.com
 - bitwise reproducible: one distinct result over 100 runs, and the same bits when the grid is
   capped at another size (LOSS_KERNELS_BLOCKS, read by the launcher, in a child process).
 
+Up to 2^24 elements it also prints, without a verdict, the final kernel's time / torch.compile's
+from the first kernel's start to the last kernel's end (``profile.call_span_ms``): a call's events
+hold a few microseconds besides its kernels, which moved identical kernels' ratios by up to a
+tenth there (chapter 4), so a MISS at those sizes is read beside these.
+
 The measurements go to book/results/reduction_targets.csv (kernels.measure.results columns); the
-torch.sum row has provider "torch.sum". This is a benchmark, not a timed test.
+torch.sum row has provider "torch.sum", the spans providers "final (kernels)" and "compile
+(kernels)". This is a benchmark, not a timed test.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ FINAL = "ch4_two_pass/v5_block_tiles.cu"  # its ops are the losses measured (one
 BIG = 1 << 30
 SEED = 1234
 OTHER_GRID = 97  # blocks: far below the resident grid, and odd
+SPAN_MAX = 1 << 24  # the kernels' spans are printed up to this size
 
 
 def run_range(final_ms: list, other_ms: list) -> str:
@@ -83,6 +90,25 @@ def child(final: str) -> None:
     print(json.dumps(out))
 
 
+KERNELS = " (kernels)"
+
+
+def kernel_spans(name: str, sizes, ops: dict, compiled: dict) -> list:
+    """Each op's and torch.compile's kernels' span at each size, as providers named with KERNELS."""
+    import torch
+    from kernels import bench, get_loss
+    from kernels.measure.profile import call_span_ms
+
+    loss, spans, lead = get_loss(name), [], bench.clear_and_lead()
+    for n in sizes:
+        shape = bench.element_wise_shape(n, name)
+        inputs = [loss.make_inputs(shape, torch.Generator(device="cuda").manual_seed(SEED), "cuda")]
+        for provider, fn in {"compile": compiled[name, n], **ops}.items():
+            spans.append(bench.Measurement(name, provider + KERNELS, tuple(shape),
+                                           loss.min_bytes(shape), call_span_ms(fn, inputs, lead)))
+    return spans
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--final", default=FINAL, help="kernel file, relative to kernels/")
@@ -113,11 +139,12 @@ def main() -> None:
 
     sizes = [1 << int(k) for k in opts.sizes.split(",")] if opts.sizes else list(bench.SIZES)
     refs = {name: get_loss(name).reference for name in kernel.ops}
-    measured, run_ms = {}, {}  # the median of three; each run's time
+    measured, run_ms, compiled = {}, {}, {}  # the median of three; each run's time
     for name in kernel.ops:
         for n in sizes:
             shape = bench.element_wise_shape(n, name)
-            providers = {"eager": refs[name], "compile": torch.compile(refs[name], dynamic=False),
+            compiled[name, n] = torch.compile(refs[name], dynamic=False)
+            providers = {"eager": refs[name], "compile": compiled[name, n],
                          "final": getattr(kernel, name)}
             runs = bench.bench_loss_runs(providers, name, shape, reps=100 if n < BIG else 40)
             for i, m in enumerate(bench.median_of_runs(runs)):
@@ -140,6 +167,15 @@ def main() -> None:
             final, eager, comp = (measured[(name, n, p)] for p in ("final", "eager", "compile"))
             print(f"{name:<10}{'2^%d' % round(math.log2(n)):>6}{final.ms * 1e3:>10.1f}"
                   f"{final.gbps:>7.0f}{final.ms / eager.ms:>8.3f}{final.ms / comp.ms:>9.3f}")
+    print("\nthe kernels' span, final / torch.compile (no target; chapter 4 says why):")
+    for name in kernel.ops:
+        spans = kernel_spans(name, [n for n in sizes if n <= SPAN_MAX],
+                             {"final": getattr(kernel, name)}, compiled)
+        rows += results.rows_from(spans, gpu, "reduction_targets", peak)
+        ms = {(m.shape, m.provider): m.ms for m in spans}
+        print(f"{name:<10}" + "  ".join(
+            f"2^{round(math.log2(math.prod(shape)))} {ms[shape, 'final' + KERNELS] / t:.3f}"
+            for (shape, provider), t in ms.items() if provider == "compile" + KERNELS))
     print()
     for name in kernel.ops:
         if BIG in sizes:

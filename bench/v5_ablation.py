@@ -8,7 +8,10 @@ launch (DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^25 elements with evict-f
 and times the three builds and torch.compile (dynamic=False) side by side on the same inputs, for
 MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept). It prints
 each build's time / torch.compile's and writes book/results/v5_ablation.csv
-(kernels.measure.results columns), which chapter 4 tabulates.
+(kernels.measure.results columns), which chapter 4 tabulates. Each build and torch.compile is
+also timed from its first kernel's start to its last kernel's end (the profiler), as providers
+named "... (kernels)": identical kernels in two builds differ in the first timing and agree
+in the second (chapter 4).
 This is a benchmark, not a timed test.
 
     python bench/v5_ablation.py --shapes   # a probe: other block shapes and tiles, printed only
@@ -50,6 +53,7 @@ SIZES = [1 << k for k in range(12, 27, 2)]
 SHAPE_SIZES = [1 << k for k in range(12, 25, 2)]
 LOSSES = ("mse", "hinge")
 RUNS = 3  # each size is timed this many times in turn; the table keeps the median
+KERNELS = " (kernels)"  # the providers' names for their kernels' span (profile.call_span_ms)
 
 
 def with_constants(text: str, values: dict) -> str:
@@ -88,6 +92,24 @@ def check_all(kernels: dict, losses, sizes) -> None:
                            rtol=1e-5)
 
 
+def kernel_spans(ops: dict, loss_name: str, n: int) -> list:
+    """torch.compile's and each op's time from its first kernel's start to its last kernel's
+    end (``profile.call_span_ms``), as providers named with KERNELS: the same calls as the events'
+    timing, without what the events add around the kernels."""
+    import torch
+    from kernels import bench
+    from kernels.losses import get_loss
+    from kernels.measure.profile import call_span_ms
+
+    loss = get_loss(loss_name)
+    shape = bench.element_wise_shape(n, loss_name)
+    inputs = [loss.make_inputs(shape, torch.Generator(device="cuda").manual_seed(0), "cuda")]
+    providers = {"torch.compile": torch.compile(loss.reference, dynamic=False), **ops}
+    lead = bench.clear_and_lead()
+    return [bench.Measurement(loss_name, name + KERNELS, shape, loss.min_bytes(shape),
+                              call_span_ms(fn, inputs, lead)) for name, fn in providers.items()]
+
+
 def main() -> None:
     import torch
     from kernels import Chapter, bench, results
@@ -118,11 +140,14 @@ def main() -> None:
             for n in sizes:
                 ops = {label: getattr(k, loss) for label, k in kernels.items()}
                 measured = bench.median_against_compile(ops, loss, n, opts.runs)
-                rows += results.rows_from(measured, gpu, "v5_ablation", 0.0)
-                ms = {m.provider: m.ms for m in measured}
-                base = ms["torch.compile"]
-                print(f"{loss:<7}{'2^%d' % round(math.log2(n)):>6}{1e3 * base:>12.2f}"
-                      + "".join(f"{ms[label] / base:>32.3f}" for label in kernels), flush=True)
+                spans = kernel_spans(ops, loss, n)
+                rows += results.rows_from(measured + spans, gpu, "v5_ablation", 0.0)
+                for timed, suffix in ((measured, ""), (spans, KERNELS)):
+                    ms = {m.provider: m.ms for m in timed}
+                    base = ms["torch.compile" + suffix]
+                    print(f"{loss:<7}{'2^%d' % round(math.log2(n)):>6}{1e3 * base:>12.2f}"
+                          + "".join(f"{ms[label + suffix] / base:>32.3f}" for label in kernels)
+                          + suffix, flush=True)
     if not probe:  # the chapter's table: the switches, at the default losses, sizes and runs
         print(f"wrote {results.save(rows, 'v5_ablation')}")
 

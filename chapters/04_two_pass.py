@@ -407,7 +407,7 @@ del pred, target
 # (`bench/one_block_probe.py`). After the ratio tables below, the chapter times the two side
 # by side, with a `torch.compile` built for every size.
 #
-# Two more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
+# Three more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
 # `torch.compile`:
 #
@@ -428,8 +428,18 @@ del pred, target
 #   pass 1 kept some of its values in local memory, and Smooth L1 ran up to a tenth slower than
 #   with plain loads. `nvcc -Xptxas -v` prints each kernel's registers and "bytes spill
 #   stores"; the copy now asks for two blocks per SM, 64 registers, and spills nothing.
+# - **A broadcast target gets longer tiles.** Hinge's target is one row, which stays in the
+#   caches, so pass 1 streams only the predictions: a tile of 4096 elements streams half the
+#   bytes of a same-shape tile, and what each tile costs besides its bytes (a block to start, a
+#   block sum, a partial to write) weighs twice as much. `torch.profiler`'s timestamps of each
+#   kernel, every call behind the L2 clear, put Hinge's gap to `torch.compile` at
+#   $2^{22}$ elements in pass 1 alone, a fifth slower than Inductor's first kernel (the
+#   numbers are in `bench/PERFLOG.md`). In the evict-first range the broadcast copy now reads
+#   tiles of 8192 elements in blocks of 256 threads, six per SM: pass 1 closed part of that gap
+#   at $2^{22}$ and all of it at $2^{24}$. Below $2^{21}$ the tiles are few, and the longer
+#   ones were slower.
 #
-# Each change is a switch in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
+# The first two changes are switches in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
 # `bench/v5_ablation.py` can build version 5 without one of them and time the three builds
 # beside `torch.compile`. Its table is after the measurements below.
 
@@ -535,30 +545,44 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # GPU time, and version 3's timed entry points put a memset on the stream before their kernel
 # anyway. What made the difference is the shape of the work: version 5, with Inductor's grid,
 # a single block for small inputs, a second pass that starts early and evict-first loads at the
-# middle sizes, is the fastest of the three at almost every size for all three losses (the
+# middle sizes, is the fastest of the three at all or nearly all sizes for all three losses (the
 # count above), so it is the chapter's final kernel. The plots and the choice come from the same
 # CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
-# `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s, from
-# `bench/v5_ablation.py`'s run, the chapter's own sweep and `bench/reduction_targets.py`'s
-# run). Version 5 is well ahead at $2^{14}$ elements and level or a little ahead from
-# $2^{26}$ up, for all three losses. At $2^{12}$ elements our single block and
-# `torch.compile`'s single program are within a few percent of each other; the end of the
-# section says what is left between them. In between, from $2^{16}$ to
-# $2^{24}$ elements, where a call takes microseconds, not milliseconds, one run cannot rank
-# the two. The ablation's tables, first below, show why: under $2^{21}$ elements the
-# plain-loads build runs version 5's very kernels (its switch acts from $2^{21}$ up), and yet
-# its ratios there differ from version 5's by as much as the lines under those tables print.
-# The chapter's own sweep, the tables after them, is mixed at these sizes, and which sizes
-# trail changes from run to run. `bench/reduction_targets.py` times each size three times and
-# keeps the median; its published run, the last tables below, still has version 5 behind
-# `torch.compile` at $2^{12}$ elements for all three losses and at a few of the middle sizes,
-# by up to about a tenth. A switch's column says something only where it moves by more
-# than the spread: the ordinary launch of pass 2 does, at $2^{16}$ and $2^{18}$ elements for
-# both losses. Plain loads from $2^{21}$ up do not: with the timing's clear reading its buffer
-# ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that evict-first
-# loads used to leave alone were the old write clear's own.
+# `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s):
+# `bench/v5_ablation.py`'s run, timed in two ways, then the chapter's own sweep and
+# `bench/reduction_targets.py`'s run. Version 5 is well ahead at $2^{14}$ elements and level
+# or a little ahead from $2^{26}$ up, for all three losses. At $2^{12}$ elements our single
+# block and `torch.compile`'s single program are within a few percent of each other; the end
+# of the section says what is left between them.
+#
+# In between, from $2^{16}$ to $2^{24}$ elements, where a call takes microseconds, not
+# milliseconds, the events' timing cannot rank the two. The ablation's first tables show why:
+# under $2^{21}$ elements the plain-loads build runs version 5's very kernels (its switch acts
+# from $2^{21}$ up), and yet its ratios there differ from version 5's by as much as the first
+# lines under the tables print. The second tables time the same calls from the start of
+# their first kernel to the end of their last (`profile.call_span_ms`, from
+# `torch.profiler`'s timestamps), and there the two builds agree to within a couple of
+# percent: the spread is not in the kernels. It is in what a call's events hold besides its
+# kernels, which the last lines print: a few microseconds per call, more than half of the
+# kernels' own time at $2^{16}$, and moving by about half a microsecond from one provider or
+# size to the next, whichever the build. So a build's column says something only where it moves
+# by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
+# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses; in the events it
+# hides at some of them. Plain loads from $2^{21}$ up move the spans by a few percent at
+# most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
+# clean lines, and the dirty lines that evict-first loads used to leave alone were the old
+# write clear's own.
+#
+# The chapter's own sweep, the tables after them, is timed by events and is mixed at the
+# middle sizes; which sizes trail changes from run to run. One run can also catch a slow call
+# of `torch.compile`'s own, several times its neighbours' time, which shows as one ratio far
+# below 1 (`bench/PERFLOG.md` lists those seen). `bench/reduction_targets.py` times each size
+# three times by events and keeps the median; its published run, the last tables below, has
+# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses and at a few of
+# the middle sizes, by a few percent at most. Beside its targets it prints the kernels' spans
+# up to $2^{24}$ elements, without a target, for reading those.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
@@ -569,13 +593,34 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
                        for loss in ("mse", "hinge")))
 
 # %% tags=["nbval-ignore-output"]
+# The same builds, each call timed from its first kernel's start to its last kernel's end
+# (profile.call_span_ms: torch.profiler's timestamps), without what the events add around them
+KERNELS = " (kernels)"
+spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
+         for r in ablation if r["provider"].endswith(KERNELS)]
+Markdown("\n\n".join(f"**{loss}**, kernels' span / `torch.compile`'s\n\n"
+                       + results.ratio_table(spans, builds, loss, "torch.compile")
+                       for loss in ("mse", "hinge")))
+
+# %% tags=["nbval-ignore-output"]
 # Below 2^21 elements both builds run the same kernels: their difference is the run's spread.
 for loss in ("mse", "hinge"):
-    ms = {(r["provider"], r["shape"]): r["ms"]
-          for r in ablation if r["loss"] == loss and math.prod(r["shape"]) < 1 << 21}
-    spread = max(abs(ms["v5, plain loads", s] / ms["v5", s] - 1) for p, s in ms if p == "v5")
-    print(f"{loss}: v5 and v5 with plain loads, the same kernels below 2^21 elements, "
-          f"differ by up to {spread:.0%}")
+    for timed, label in ((ablation, "events"), (spans, "kernels' span")):
+        ms = {(r["provider"], r["shape"]): r["ms"]
+              for r in timed if r["loss"] == loss and math.prod(r["shape"]) < 1 << 21}
+        spread = max(abs(ms["v5, plain loads", s] / ms["v5", s] - 1)
+                     for p, s in ms if p == "v5")
+        print(f"{loss}, {label}: v5 and v5 with plain loads, the same kernels below 2^21 "
+              f"elements, differ by up to {spread:.1%}")
+
+# %% tags=["nbval-ignore-output"]
+# What a call's events hold besides its kernels: events - kernels' span, µs, 2^12 ... 2^20
+for loss in ("mse", "hinge"):
+    ms = {(r["provider"], r["shape"]): r["ms"] for r in ablation if r["loss"] == loss}
+    for provider in ["torch.compile", *builds]:
+        outside = [1e3 * (ms[p, s] - ms[p + KERNELS, s])
+                   for p, s in ms if p == provider and math.prod(s) < 1 << 21]
+        print(f"{loss:<6}{provider:<32}" + "".join(f"{us:6.2f}" for us in outside))
 
 # %% tags=["nbval-ignore-output"]
 # The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.

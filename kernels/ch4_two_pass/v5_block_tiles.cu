@@ -19,15 +19,19 @@
 // 4.3 µs, torch.compile's single program 1.8 µs). Each thread issues all its loads before any
 // arithmetic (one_block_mean_vec): a loop that waited for each vector in turn left 2^13
 // elements 6-18% behind torch.compile, two trips to memory instead of one.
-// Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, two more changes:
+// Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, three more changes:
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
 //    stream, so the launch latency of the second kernel hides behind pass 1's last blocks;
 //  - from 2^21 to 2^25 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
 //    reductions do: lines read once leave L2 first. Larger inputs read plain loads, measured
-//    faster there (chapter 4's version 3 found the same).
+//    faster there (chapter 4's version 3 found the same);
+//  - in that range, a broadcast target (Hinge's row), which stays in the caches, gets tiles
+//    twice as long in blocks of 256 threads, so a tile streams as many bytes as a same-shape
+//    one, and twice as many blocks share an SM.
 // bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
-// times what each buys. Tile sizes (4096-16384) and a warp per tile changed nothing measurable.
+// times what each buys. For same-shape inputs, tile sizes (4096-16384) and a warp per tile
+// changed nothing measurable.
 // At 2^12 elements and below the single block has Inductor's shape, 512 threads (its program's
 // launch record in the profiler) with two loads per input each: 1024 threads were 4-7% slower
 // than Inductor's program there, 512 are 2-5% (bench/PERFLOG.md, 2026-11-26).
@@ -45,9 +49,10 @@
 #define STREAM_LOADS 1
 #endif
 
-constexpr int kThreads = 512;              // threads per block of pass 1
+constexpr int kThreads = 512;              // threads per block of pass 1 ...
+constexpr int kBroadcastThreads = 256;     // ... for a broadcast target, 2^21 to 2^26
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
-constexpr int64_t kMinTile = 4096;         // elements per tile, at least
+constexpr int64_t kMinTile = 4096;         // elements per tile, at least (there: twice)
 constexpr int64_t kWantedTiles = 8192;     // tiles double until there are at most this many
 constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 0 adds 32 sums)
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
@@ -60,25 +65,26 @@ static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
               kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
 constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
-// Pass 1 asks for registers that let 3 blocks of 512 threads share an SM (40 per thread), where
-// an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4) holds 1024.
-// Its evict-first copy for same-shape inputs asks for 2 (64 registers): at 40 it spilled 8-28
-// bytes per thread (`ptxas -v`; __ldcs is inline assembly, which the compiler schedules less
-// freely), a few loads and stores of local memory per tile that left Smooth L1 7% behind plain
-// loads at 2^22 elements and 11% at 2^24. The broadcast copy does not spill, and ran 15-20%
-// slower at 2 blocks per SM (bench/PERFLOG.md, session 25).
+// Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
+// of 512), where an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4)
+// holds 1024. Its evict-first copy for same-shape inputs asks for 1024 (64 registers): at 40 it
+// spilled 8-28 bytes per thread (`ptxas -v`; __ldcs is inline assembly, which the compiler
+// schedules less freely), a few loads and stores of local memory per tile that left Smooth L1
+// 7% behind plain loads at 2^22 elements and 11% at 2^24. The broadcast copy does not spill,
+// and ran 15-20% slower at 1024 threads per SM (bench/PERFLOG.md, session 25).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define TILE_BLOCKS_PER_SM 1
-#define STREAM_TILE_BLOCKS_PER_SM 1
+#define TILE_THREADS_PER_SM 512
+#define STREAM_TILE_THREADS_PER_SM 512
 #else
-#define TILE_BLOCKS_PER_SM 3
-#define STREAM_TILE_BLOCKS_PER_SM 2
+#define TILE_THREADS_PER_SM 1536
+#define STREAM_TILE_THREADS_PER_SM 1024
 #endif
 
-// Elements per tile for n inputs: a function of n only, so the sum order is fixed by n. At most
-// 8192 partials: they fit the workspace (LOSS_WORKSPACE_BYTES) and pass 2 reads them fast.
-static int64_t tile_size(int64_t n) {
-    int64_t tile = kMinTile;
+// Elements per tile for n inputs, at least min_tile: a function of the shape only, so the sum
+// order is fixed by the shape. At most 8192 partials: they fit the workspace
+// (LOSS_WORKSPACE_BYTES) and pass 2 reads them fast.
+static int64_t tile_size(int64_t n, int64_t min_tile) {
+    int64_t tile = min_tile;
     while (ceil_div(n, tile) > kWantedTiles) tile *= 2;
     return tile;
 }
@@ -141,17 +147,17 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
     return acc;
 }
 
-// Pass 1: one float partial per tile.
-template <class Loss, bool kBroadcast, bool kStream>
-__global__ void __launch_bounds__(kThreads, kStream && !kBroadcast ? STREAM_TILE_BLOCKS_PER_SM
-                                                                   : TILE_BLOCKS_PER_SM)
+// Pass 1: one float partial per tile, in blocks of kBlock threads.
+template <class Loss, bool kBroadcast, bool kStream, int kBlock>
+__global__ void __launch_bounds__(kBlock, (kStream && !kBroadcast ? STREAM_TILE_THREADS_PER_SM
+                                                                  : TILE_THREADS_PER_SM) / kBlock)
 tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elems, bool vector) {
     let_next_kernel_start();  // pass 2 may now be scheduled; it waits for this grid on the device
     for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int64_t start = tile * tile_elems;
         const int64_t end = start + tile_elems < a.n ? start + tile_elems : a.n;
-        const float sum = block_sum<kThreads>(
-            thread_sum<Loss, kBroadcast, kThreads, kUnroll, kStream>(a, start, end, vector));
+        const float sum = block_sum<kBlock>(
+            thread_sum<Loss, kBroadcast, kBlock, kUnroll, kStream>(a, start, end, vector));
         if (threadIdx.x == 0) partials[tile] = sum;
     }
 }
@@ -233,6 +239,18 @@ static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
     kernel<<<1, kBlock, 0, stream>>>(*a);
 }
 
+// Pass 1 in blocks of kBlock threads, with evict-first loads or plain ones.
+template <class Loss, bool kBroadcast, int kBlock>
+static cudaError_t launch_tiles(const ReductionArgs* a, float* partials, int64_t tiles,
+                                int64_t tile_elems, int64_t blocks, bool vector,
+                                bool stream_loads, cudaStream_t stream) {
+    auto pass1 = stream_loads ? tile_partials<Loss, kBroadcast, true, kBlock>
+                              : tile_partials<Loss, kBroadcast, false, kBlock>;
+    pass1<<<static_cast<unsigned>(blocks), kBlock, 0, stream>>>(*a, partials, tiles, tile_elems,
+                                                                 vector);
+    return cudaGetLastError();
+}
+
 template <class Loss, bool kBroadcast>
 static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stream) {
     if (a->n <= kOneBlockMax) {
@@ -244,17 +262,25 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
-    const int64_t tile_elems = tile_size(a->n);
+    // A broadcast target stays in the caches, so pass 1 streams one input, not two: a tile of
+    // kMinTile elements streams half the bytes of a same-shape one. Where it reads evict-first,
+    // it gets tiles twice as long (the same bytes per tile) in blocks half as wide, twice as
+    // many per SM: on an H100 pass 1 then took 0.6 us less at 2^22 elements and 1.4 us less at
+    // 2^24 (profiler), a twentieth of the call. Below 2^21 its tiles are few, and the same
+    // change cost 0.7-1.2 us (bench/PERFLOG.md, session 26).
+    const bool stream_range = a->n >= kStreamFrom && a->n < kStreamBelow;
+    const bool wide = kBroadcast && stream_range;
+    const int64_t tile_elems = tile_size(a->n, wide ? 2 * kMinTile : kMinTile);
     const int64_t tiles = ceil_div(a->n, tile_elems);
     int64_t blocks = tiles;
     if (grid_cap() > 0 && blocks > grid_cap()) blocks = grid_cap();
     float* partials = static_cast<float*>(a->workspace);  // 256-byte aligned
-    const bool stream_loads = STREAM_LOADS && a->n >= kStreamFrom && a->n < kStreamBelow;
-    auto pass1 = stream_loads ? tile_partials<Loss, kBroadcast, true>
-                              : tile_partials<Loss, kBroadcast, false>;
-    pass1<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(*a, partials, tiles, tile_elems,
-                                                                   vector);
-    const cudaError_t error = cudaGetLastError();
+    const bool stream_loads = STREAM_LOADS && stream_range;
+    const cudaError_t error =
+        wide ? launch_tiles<Loss, kBroadcast, kBroadcast ? kBroadcastThreads : kThreads>(
+                   a, partials, tiles, tile_elems, blocks, vector, stream_loads, stream)
+             : launch_tiles<Loss, kBroadcast, kThreads>(a, partials, tiles, tile_elems, blocks,
+                                                        vector, stream_loads, stream);
     if (error != cudaSuccess) return error;
     return launch_dependent<finish_mean>(dim3(1), dim3(kFinalThreads), stream,
                                          static_cast<const float*>(partials), tiles, a->n, a->out);
