@@ -16,7 +16,7 @@ torch.sum over a 4 GiB tensor (the read bandwidth), and eager PyTorch, torch.com
   capped at another size (LOSS_KERNELS_BLOCKS, read by the launcher, in a child process).
 
 Up to 2^24 elements it also prints, without a verdict, the final kernel's time / torch.compile's
-from the first kernel's start to the last kernel's end (``profile.call_span_ms``): a call's events
+from the first kernel's start to the last kernel's end (``spans.loss_spans``): a call's events
 hold a few microseconds besides its kernels, which moved identical kernels' ratios by up to a
 tenth there (chapter 4), so a MISS at those sizes is read beside these.
 
@@ -90,25 +90,6 @@ def child(final: str) -> None:
     print(json.dumps(out))
 
 
-KERNELS = " (kernels)"
-
-
-def kernel_spans(name: str, sizes, ops: dict, compiled: dict) -> list:
-    """Each op's and torch.compile's kernels' span at each size, as providers named with KERNELS."""
-    import torch
-    from kernels import bench, get_loss
-    from kernels.measure.profile import call_span_ms
-
-    loss, spans, lead = get_loss(name), [], bench.clear_and_lead()
-    for n in sizes:
-        shape = bench.element_wise_shape(n, name)
-        inputs = [loss.make_inputs(shape, torch.Generator(device="cuda").manual_seed(SEED), "cuda")]
-        for provider, fn in {"compile": compiled[name, n], **ops}.items():
-            spans.append(bench.Measurement(name, provider + KERNELS, tuple(shape),
-                                           loss.min_bytes(shape), call_span_ms(fn, inputs, lead)))
-    return spans
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--final", default=FINAL, help="kernel file, relative to kernels/")
@@ -121,6 +102,7 @@ def main() -> None:
 
     import torch
     from kernels import Chapter, bench, get_loss, load, results
+    from kernels.measure.spans import KERNELS, loss_spans
 
     started = time.perf_counter()
     # One compiled graph per shape: raise dynamo's recompile limit (default 8) above the 10 sizes,
@@ -169,8 +151,9 @@ def main() -> None:
                   f"{final.gbps:>7.0f}{final.ms / eager.ms:>8.3f}{final.ms / comp.ms:>9.3f}")
     print("\nthe kernels' span, final / torch.compile (no target; chapter 4 says why):")
     for name in kernel.ops:
-        spans = kernel_spans(name, [n for n in sizes if n <= SPAN_MAX],
-                             {"final": getattr(kernel, name)}, compiled)
+        spans = [m for n in sizes if n <= SPAN_MAX for m in loss_spans(
+            {"compile": compiled[name, n], "final": getattr(kernel, name)}, name,
+            bench.element_wise_shape(n, name), seed=SEED)]
         rows += results.rows_from(spans, gpu, "reduction_targets", peak)
         ms = {(m.shape, m.provider): m.ms for m in spans}
         print(f"{name:<10}" + "  ".join(

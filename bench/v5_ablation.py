@@ -53,7 +53,6 @@ SIZES = [1 << k for k in range(12, 27, 2)]
 SHAPE_SIZES = [1 << k for k in range(12, 25, 2)]
 LOSSES = ("mse", "hinge")
 RUNS = 3  # each size is timed this many times in turn; the table keeps the median
-KERNELS = " (kernels)"  # the providers' names for their kernels' span (profile.call_span_ms)
 
 
 def with_constants(text: str, values: dict) -> str:
@@ -92,27 +91,10 @@ def check_all(kernels: dict, losses, sizes) -> None:
                            rtol=1e-5)
 
 
-def kernel_spans(ops: dict, loss_name: str, n: int) -> list:
-    """torch.compile's and each op's time from its first kernel's start to its last kernel's
-    end (``profile.call_span_ms``), as providers named with KERNELS: the same calls as the events'
-    timing, without what the events add around the kernels."""
-    import torch
-    from kernels import bench
-    from kernels.losses import get_loss
-    from kernels.measure.profile import call_span_ms
-
-    loss = get_loss(loss_name)
-    shape = bench.element_wise_shape(n, loss_name)
-    inputs = [loss.make_inputs(shape, torch.Generator(device="cuda").manual_seed(0), "cuda")]
-    providers = {"torch.compile": torch.compile(loss.reference, dynamic=False), **ops}
-    lead = bench.clear_and_lead()
-    return [bench.Measurement(loss_name, name + KERNELS, shape, loss.min_bytes(shape),
-                              call_span_ms(fn, inputs, lead)) for name, fn in providers.items()]
-
-
 def main() -> None:
     import torch
-    from kernels import Chapter, bench, results
+    from kernels import Chapter, bench, get_loss, results
+    from kernels.measure.spans import KERNELS, loss_spans
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", action="store_true", help="other block shapes and tiles")
@@ -140,7 +122,9 @@ def main() -> None:
             for n in sizes:
                 ops = {label: getattr(k, loss) for label, k in kernels.items()}
                 measured = bench.median_against_compile(ops, loss, n, opts.runs)
-                spans = kernel_spans(ops, loss, n)
+                compiled = torch.compile(get_loss(loss).reference, dynamic=False)
+                spans = loss_spans({"torch.compile": compiled, **ops}, loss,
+                                   bench.element_wise_shape(n, loss))
                 rows += results.rows_from(measured + spans, gpu, "v5_ablation", 0.0)
                 for timed, suffix in ((measured, ""), (spans, KERNELS)):
                     ms = {m.provider: m.ms for m in timed}

@@ -6,7 +6,9 @@
   ``CheckFailed``, ``relative_error``
 - ``results.py``: benchmark rows as CSV under ``book/results/``
 - ``plot.py``: the course's figure style (``subplots``, ``legend``) and ``plot_throughput``
-- ``profile.py``: ncu counters, SASS and PTX of a built kernel (book/profiling.md)
+- ``profile.py``: ncu counters, SASS and PTX of a built kernel (book/profiling.md), and a
+  call's kernels' span from torch.profiler (``call_span_ms``)
+- ``spans.py``: a loss's providers timed by their kernels' span, as ``bench`` measurements
 - ``envinfo.py``: the GPU, driver, torch, CUDA and nvcc versions a measurement was taken with
 
 Layer ``measure`` of ``kernels.LAYERS``: it imports ``kernels.losses`` (inputs, byte counts)
