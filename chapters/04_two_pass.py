@@ -576,9 +576,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # kernels' own time at $2^{16}$, and moving by about half a microsecond from one provider or
 # size to the next, whichever the build. So a build's column says something only where it moves
 # by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
-# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses; in the events it
-# hides at some of them. Plain loads from $2^{21}$ up move the spans by a few percent at
-# most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
+# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
+# $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
 # clean lines, and the dirty lines that evict-first loads used to leave alone were the old
 # write clear's own.
 #
@@ -587,9 +586,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # of `torch.compile`'s own, several times its neighbours' time, which shows as one ratio far
 # below 1 (`bench/PERFLOG.md` lists those seen). `bench/reduction_targets.py` times each size
 # three times by events and keeps the median; its published run, the last tables below, has
-# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses and at a few of
-# the middle sizes, by a few percent at most. Beside its targets it prints the kernels' spans
-# up to $2^{24}$ elements, without a target, for reading those.
+# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a few
+# percent, and at some of the middle sizes, by up to about the events' spread above. Beside
+# its targets it prints the kernels' spans up to $2^{24}$ elements, without a target, for
+# reading those.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
