@@ -401,11 +401,18 @@ del pred, target
 # Inductor's program there (the profiler's record of its launch): a few percent faster than
 # 1024 threads in `tools/ab_kernel.py`'s turns, for MSE and Smooth L1. And where the input fills
 # the block's loads exactly ($2^{12}$ elements for the small block, $2^{14}$ for the large one),
-# a copy of the kernel without bounds checks runs. That is the last thing Inductor's program
-# had over ours: `torch.compile(dynamic=False)` compiles a program for each size, whose bounds
-# are constants, so its checks fold away; the checks cost version 5 a few percent at $2^{12}$
-# (`bench/one_block_probe.py`). After the ratio tables below, the chapter times the two side
-# by side, with a `torch.compile` built for every size.
+# a copy of the kernel without bounds checks runs. That is what Inductor's program had over
+# ours: `torch.compile(dynamic=False)` compiles a program for each size, whose bounds are
+# constants, so its checks fold away; the checks cost version 5 a few percent at $2^{12}$
+# (`bench/one_block_probe.py`). Up to $2^{13}$ elements the 1024 threads load two vectors per
+# input instead of four, so that $2^{13}$ fills the copy without checks too. Constants fold in
+# one more place. Hinge's target is a row that repeats, and each load finds its place in the
+# row as $4v \bmod$ the row's length: in Inductor's program the length is a constant, a power
+# of two in the benchmarks, and the remainder is a mask. Ours divides by a length known only at
+# run time, and the machine code (`cuobjdump -sass`) showed a dozen dependent instructions
+# before the first target load. Where the length is a power of two, the launcher now picks a
+# copy that masks. After the ratio tables below, the chapter times the two side by side, with a
+# `torch.compile` built for every size.
 #
 # Three more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
@@ -569,9 +576,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # kernels' own time at $2^{16}$, and moving by about half a microsecond from one provider or
 # size to the next, whichever the build. So a build's column says something only where it moves
 # by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
-# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses; in the events it
-# hides at some of them. Plain loads from $2^{21}$ up move the spans by a few percent at
-# most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
+# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
+# $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
 # clean lines, and the dirty lines that evict-first loads used to leave alone were the old
 # write clear's own.
 #
@@ -580,9 +586,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # of `torch.compile`'s own, several times its neighbours' time, which shows as one ratio far
 # below 1 (`bench/PERFLOG.md` lists those seen). `bench/reduction_targets.py` times each size
 # three times by events and keeps the median; its published run, the last tables below, has
-# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses and at a few of
-# the middle sizes, by a few percent at most. Beside its targets it prints the kernels' spans
-# up to $2^{24}$ elements, without a target, for reading those.
+# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a few
+# percent, and at some of the middle sizes, by up to about the events' spread above. Beside
+# its targets it prints the kernels' spans up to $2^{24}$ elements, without a target, for
+# reading those.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)

@@ -34,7 +34,10 @@
 // changed nothing measurable.
 // At 2^12 elements and below the single block has Inductor's shape, 512 threads (its program's
 // launch record in the profiler) with two loads per input each: 1024 threads were 4-7% slower
-// than Inductor's program there, 512 are 2-5% (bench/PERFLOG.md, 2026-11-26).
+// than Inductor's program there, 512 are 2-5% (bench/PERFLOG.md, 2026-11-26). Up to 2^13 the
+// 1024 threads load two vectors per input, not four, so 2^13 fills the copy without checks.
+// A broadcast target whose length is a power of two finds its vector by a mask, as Inductor's
+// program (its period is a constant) does, instead of a division by the period.
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -57,7 +60,7 @@ constexpr int64_t kWantedTiles = 8192;     // tiles double until there are at mo
 constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 0 adds 32 sums)
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
-constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements
+constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements (2 loads up to 2^13)
 constexpr int kSmallThreads = 512;         // the smallest: one block of 512 threads, ...
 constexpr int kSmallUnroll = 2;            // ... 2 loads per input per thread ...
 constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
@@ -201,7 +204,17 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
 // 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
 // go, as they do in torch.compile's program compiled for that one size (its bounds are
 // constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
-template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull>
+// The target vector that pred's vector v meets (a broadcast target of length period, a multiple
+// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
+// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
+// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
+// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
+template <bool kPow2Period>
+__device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
+    return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
+}
+
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred);
@@ -214,7 +227,8 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
         const int v = threadIdx.x + u * kBlock;
         if (kFull || v < nvec) {
             p[u] = pred[v];
-            t[u] = kBroadcast ? __ldg(target + 4u * v % period / 4) : target[v];
+            t[u] = kBroadcast ? __ldg(target + broadcast_vector<kPow2Period>(v, period))
+                              : target[v];
         }
     }
     float acc = 0.0f;
@@ -230,12 +244,20 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
 }
 
 // One block of kBlock threads for aligned inputs of up to kBlock x kLoads vectors: the copy
-// without bounds checks when the input fills every load.
+// without bounds checks when the input fills every load, and for a broadcast target whose
+// length is a power of two, the copy that masks.
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kPow2Period>
+static auto one_block_kernel(bool full) {
+    return full ? one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, true, kPow2Period>
+                : one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, false, kPow2Period>;
+}
 template <class Loss, bool kBroadcast, int kBlock, int kLoads>
 static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
     const bool full = a->n == 4LL * kBlock * kLoads;
-    auto kernel = full ? one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, true>
-                       : one_block_mean_vec<Loss, kBroadcast, kBlock, kLoads, false>;
+    auto kernel = one_block_kernel<Loss, kBroadcast, kBlock, kLoads, false>(full);
+    if constexpr (kBroadcast)
+        if ((a->target_len & (a->target_len - 1)) == 0)
+            kernel = one_block_kernel<Loss, kBroadcast, kBlock, kLoads, true>(full);
     kernel<<<1, kBlock, 0, stream>>>(*a);
 }
 
@@ -258,6 +280,8 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             one_block_mean<Loss, kBroadcast><<<1, kOneBlockThreads, 0, stream>>>(*a);
         else if (a->n <= kSmallMax)
             launch_one_block<Loss, kBroadcast, kSmallThreads, kSmallUnroll>(a, stream);
+        else if (a->n <= kOneBlockMax / 2)  // 2^13 fills two loads (span -4 to -10%)
+            launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll / 2>(a, stream);
         else
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
