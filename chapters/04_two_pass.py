@@ -577,9 +577,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # size to the next, whichever the build. So a build's column says something only where it moves
 # by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
 # costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
-# $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its buffer ({doc}`../book/timing`), L2 holds only
-# clean lines, and the dirty lines that evict-first loads used to leave alone were the old
-# write clear's own.
+# $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its
+# buffer ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that
+# evict-first loads used to leave alone were the old write clear's own.
 #
 # The chapter's own sweep, the tables after them, is timed by events and is mixed at the
 # middle sizes; which sizes trail changes from run to run. One run can also catch a slow call
