@@ -783,9 +783,9 @@ plt.show()
 # runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
 # last line checks.
 #
-# Per step (the last two columns), our runs are slower than PyTorch's in most rows of this
-# run, and which rows come out ahead changes from run to run: in runs this short the host's
-# timing is noisy.
+# Per step (the last two columns), our runs are slower than PyTorch's in most or all rows,
+# and which rows, if any, come out ahead changes from run to run: in runs this short the
+# host's timing is noisy.
 # These models are so small that a step is the host's
 # work (Python, autograd, the optimiser), and our loss costs the host more per call than
 # PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The
