@@ -106,6 +106,16 @@ template <bool kStream, class T> __device__ __forceinline__ T read(const T* p) {
     return kStream ? __ldcs(p) : *p;
 }
 
+// The target vector that pred's vector v meets (a broadcast target of length period, a multiple
+// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
+// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
+// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
+// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
+template <bool kPow2Period>
+__device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
+    return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
+}
+
 // This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
 // range, in whole steps of kLoads per input (all issued before any arithmetic, no bounds checks),
 // then the vectors left one at a time, then the last 0-3 elements. kStream: evict-first loads.
@@ -123,7 +133,8 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
         const uint32_t period = static_cast<uint32_t>(a.target_len);
         const uint32_t base = kBroadcast ? static_cast<uint32_t>(start % a.target_len) : 0;
         auto target_at = [&](int v) {  // a broadcast target: 32-bit index arithmetic
-            return kBroadcast ? __ldg(target + (base + 4u * v) % period / 4) : read<kStream>(target + v);
+            return kBroadcast ? __ldg(target + broadcast_vector<false>(base / 4 + v, period))
+                              : read<kStream>(target + v);
         };
         const int nvec = static_cast<int>((end - start) / 4);  // a tile: < 2^31 vectors
         int v = threadIdx.x;
@@ -204,16 +215,6 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
 // 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
 // go, as they do in torch.compile's program compiled for that one size (its bounds are
 // constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
-// The target vector that pred's vector v meets (a broadcast target of length period, a multiple
-// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
-// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
-// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
-// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
-template <bool kPow2Period>
-__device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
-    return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
-}
-
 template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const Loss loss;
@@ -221,14 +222,19 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const float4* target = reinterpret_cast<const float4*>(a.target);
     const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
     const int nvec = static_cast<int>(a.n / 4);
+    // Where the block's stride (4 x kBlock elements) is a multiple of a power-of-two period, all
+    // of a thread's loads meet the same target vector: it is read once, as Inductor's program
+    // folds its loads' indices into one (Hinge 2^13: span -2 to -3%, bench/PERFLOG.md).
+    const bool one_vector = kPow2Period && (4u * kBlock & (period - 1)) == 0;
     float4 p[kLoads], t[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
         const int v = threadIdx.x + u * kBlock;
         if (kFull || v < nvec) {
             p[u] = pred[v];
-            t[u] = kBroadcast ? __ldg(target + broadcast_vector<kPow2Period>(v, period))
-                              : target[v];
+            if (!kBroadcast) t[u] = target[v];
+            else if (u > 0 && one_vector) t[u] = t[0];
+            else t[u] = __ldg(target + broadcast_vector<kPow2Period>(v, period));
         }
     }
     float acc = 0.0f;
