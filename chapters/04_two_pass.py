@@ -428,7 +428,7 @@ del pred, target
 #   block, already resident, waits at `griddepcontrol.wait` until pass 1 has finished and its
 #   partials are visible. The wait moves from the stream to the device. On older GPUs the
 #   launcher asks which architecture pass 2 was built for and launches pass 2 the ordinary way.
-# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{25}$ elements pass 1 reads with
+# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
 #   write-back. Larger inputs read with plain loads, which measured faster there (version 3's

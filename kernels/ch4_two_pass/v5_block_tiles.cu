@@ -23,9 +23,10 @@
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
 //    stream, so the launch latency of the second kernel hides behind pass 1's last blocks;
-//  - from 2^21 to 2^25 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
+//  - from 2^21 to 2^26 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
 //    reductions do: lines read once leave L2 first. Larger inputs read plain loads, measured
-//    faster there (chapter 4's version 3 found the same);
+//    faster there (chapter 4's version 3 found the same). At 2^26 an H200's Hinge pass 1 with
+//    plain loads ran 7% behind Inductor's (an H100's was level either way: PERFLOG, session 28);
 //  - in that range, a broadcast target (Hinge's row), which stays in the caches, gets tiles
 //    twice as long in blocks of 256 threads, so a tile streams as many bytes as a same-shape
 //    one, and twice as many blocks share an SM.
@@ -67,7 +68,7 @@ constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
 static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
               kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
-constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
+constexpr int64_t kStreamBelow = 1LL << 27; // ... and smaller than this
 // Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
 // of 512), where an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4)
 // holds 1024. Its evict-first copy for same-shape inputs asks for 1024 (64 registers): at 40 it
