@@ -584,9 +584,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # evict-first loads used to leave alone were the old write clear's own.
 #
 # The chapter's own sweep, the tables after them, is timed by events and is mixed at the
-# middle sizes; which sizes trail changes from run to run. One run can also catch a slow call
-# of `torch.compile`'s own, several times its neighbours' time, which shows as one ratio far
-# below 1 (`bench/PERFLOG.md` lists those seen). `bench/reduction_targets.py` times each size
+# middle sizes; which sizes trail changes from run to run. Earlier runs of these tables also
+# caught slow calls of `torch.compile`'s own, several times its neighbours' time: a compiled
+# call's host work (Dynamo's guards, the graph's Python wrapper) had outrun the GPU work that
+# the timing queues ahead of each call, and the events timed the host. The lead is now longer
+# ({doc}`../book/timing`). `bench/reduction_targets.py` times each size
 # three times by events and keeps the median; its published run, the last tables below, has
 # version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a percent
 # or two, and at some of the middle sizes, by up to about the events' spread above. Beside
