@@ -576,8 +576,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # percent: the spread is not in the kernels. It is in what a call's events hold besides its
 # kernels, which the last lines print: a few microseconds per call, more than half of the
 # kernels' own time at $2^{16}$, and moving by up to a microsecond or more from one provider
-# or size to the next, whichever the build. So a build's column says something only where it moves
-# by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
+# or size to the next, whichever the build. So a build's column says something only where it
+# moves by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
 # costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
 # $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its
 # buffer ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that
