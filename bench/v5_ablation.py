@@ -3,7 +3,7 @@
     python bench/v5_ablation.py            # about two minutes on an H100
 
 Version 5 (kernels/ch4_two_pass/v5_block_tiles.cu) queues its pass 2 as a programmatic dependent
-launch (DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^25 elements with evict-first loads
+launch (DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^26 elements with evict-first loads
 (STREAM_LOADS). This script builds the file three times, as it is and with each switch set to 0,
 and times the three builds and torch.compile (dynamic=False) side by side on the same inputs, for
 MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept). It prints

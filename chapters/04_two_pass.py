@@ -411,8 +411,10 @@ del pred, target
 # of two in the benchmarks, and the remainder is a mask. Ours divides by a length known only at
 # run time, and the machine code (`cuobjdump -sass`) showed a dozen dependent instructions
 # before the first target load. Where the length is a power of two, the launcher now picks a
-# copy that masks. After the ratio tables below, the chapter times the two side by side, with a
-# `torch.compile` built for every size.
+# copy that masks; and where the length also divides the block's stride, every load of a thread
+# meets the same target vector, which that copy reads once (Inductor's program folds its loads'
+# indices into one the same way). After the ratio tables below, the chapter times version 5
+# beside a `torch.compile` built for every size, which has no constants to fold.
 #
 # Three more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
@@ -426,7 +428,7 @@ del pred, target
 #   block, already resident, waits at `griddepcontrol.wait` until pass 1 has finished and its
 #   partials are visible. The wait moves from the stream to the device. On older GPUs the
 #   launcher asks which architecture pass 2 was built for and launches pass 2 the ordinary way.
-# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{25}$ elements pass 1 reads with
+# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
 #   write-back. Larger inputs read with plain loads, which measured faster there (version 3's
@@ -573,21 +575,23 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `torch.profiler`'s timestamps), and there the two builds agree to within a couple of
 # percent: the spread is not in the kernels. It is in what a call's events hold besides its
 # kernels, which the last lines print: a few microseconds per call, more than half of the
-# kernels' own time at $2^{16}$, and moving by about half a microsecond from one provider or
-# size to the next, whichever the build. So a build's column says something only where it moves
-# by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
+# kernels' own time at $2^{16}$, and moving by up to a microsecond or more from one provider
+# or size to the next, whichever the build. So a build's column says something only where it
+# moves by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
 # costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
 # $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its
 # buffer ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that
 # evict-first loads used to leave alone were the old write clear's own.
 #
 # The chapter's own sweep, the tables after them, is timed by events and is mixed at the
-# middle sizes; which sizes trail changes from run to run. One run can also catch a slow call
-# of `torch.compile`'s own, several times its neighbours' time, which shows as one ratio far
-# below 1 (`bench/PERFLOG.md` lists those seen). `bench/reduction_targets.py` times each size
+# middle sizes; which sizes trail changes from run to run. Earlier runs of these tables also
+# caught slow calls of `torch.compile`'s own, several times its neighbours' time: a compiled
+# call's host work (Dynamo's guards, the graph's Python wrapper) had outrun the GPU work that
+# the timing queues ahead of each call, and the events timed the host. The lead is now longer
+# ({doc}`../book/timing`). `bench/reduction_targets.py` times each size
 # three times by events and keeps the median; its published run, the last tables below, has
-# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a few
-# percent, and at some of the middle sizes, by up to about the events' spread above. Beside
+# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a percent
+# or two, and at some of the middle sizes, by up to about the events' spread above. Beside
 # its targets it prints the kernels' spans up to $2^{24}$ elements, without a target, for
 # reading those.
 

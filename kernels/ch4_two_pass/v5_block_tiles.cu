@@ -23,9 +23,10 @@
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
 //    stream, so the launch latency of the second kernel hides behind pass 1's last blocks;
-//  - from 2^21 to 2^25 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
+//  - from 2^21 to 2^26 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
 //    reductions do: lines read once leave L2 first. Larger inputs read plain loads, measured
-//    faster there (chapter 4's version 3 found the same);
+//    faster there (chapter 4's version 3 found the same). At 2^26 an H200's Hinge pass 1 with
+//    plain loads ran 7% behind Inductor's (an H100's was level either way: PERFLOG, session 28);
 //  - in that range, a broadcast target (Hinge's row), which stays in the caches, gets tiles
 //    twice as long in blocks of 256 threads, so a tile streams as many bytes as a same-shape
 //    one, and twice as many blocks share an SM.
@@ -67,7 +68,7 @@ constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
 static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
               kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
-constexpr int64_t kStreamBelow = 1LL << 26; // ... and smaller than this
+constexpr int64_t kStreamBelow = 1LL << 27; // ... and smaller than this
 // Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
 // of 512), where an SM holds 1536 threads or more (sm_80 on); a Turing SM (sm_75, Colab's T4)
 // holds 1024. Its evict-first copy for same-shape inputs asks for 1024 (64 registers): at 40 it
@@ -106,6 +107,16 @@ template <bool kStream, class T> __device__ __forceinline__ T read(const T* p) {
     return kStream ? __ldcs(p) : *p;
 }
 
+// The target vector that pred's vector v meets (a broadcast target of length period, a multiple
+// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
+// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
+// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
+// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
+template <bool kPow2Period>
+__device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
+    return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
+}
+
 // This thread's part of the sum of elements [start, end): float4 number i, i + kBlock, ... of the
 // range, in whole steps of kLoads per input (all issued before any arithmetic, no bounds checks),
 // then the vectors left one at a time, then the last 0-3 elements. kStream: evict-first loads.
@@ -123,7 +134,8 @@ __device__ float thread_sum(const ReductionArgs& a, int64_t start, int64_t end, 
         const uint32_t period = static_cast<uint32_t>(a.target_len);
         const uint32_t base = kBroadcast ? static_cast<uint32_t>(start % a.target_len) : 0;
         auto target_at = [&](int v) {  // a broadcast target: 32-bit index arithmetic
-            return kBroadcast ? __ldg(target + (base + 4u * v) % period / 4) : read<kStream>(target + v);
+            return kBroadcast ? __ldg(target + broadcast_vector<false>(base / 4 + v, period))
+                              : read<kStream>(target + v);
         };
         const int nvec = static_cast<int>((end - start) / 4);  // a tile: < 2^31 vectors
         int v = threadIdx.x;
@@ -204,16 +216,6 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
 // 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
 // go, as they do in torch.compile's program compiled for that one size (its bounds are
 // constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
-// The target vector that pred's vector v meets (a broadcast target of length period, a multiple
-// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
-// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
-// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
-// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
-template <bool kPow2Period>
-__device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
-    return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
-}
-
 template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const Loss loss;
@@ -221,14 +223,19 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const float4* target = reinterpret_cast<const float4*>(a.target);
     const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
     const int nvec = static_cast<int>(a.n / 4);
+    // Where the block's stride (4 x kBlock elements) is a multiple of a power-of-two period, all
+    // of a thread's loads meet the same target vector: it is read once, as Inductor's program
+    // folds its loads' indices into one (Hinge 2^13: span -2 to -3%, bench/PERFLOG.md).
+    const bool one_vector = kPow2Period && (4u * kBlock & (period - 1)) == 0;
     float4 p[kLoads], t[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
         const int v = threadIdx.x + u * kBlock;
         if (kFull || v < nvec) {
             p[u] = pred[v];
-            t[u] = kBroadcast ? __ldg(target + broadcast_vector<kPow2Period>(v, period))
-                              : target[v];
+            if (!kBroadcast) t[u] = target[v];
+            else if (u > 0 && one_vector) t[u] = t[0];
+            else t[u] = __ldg(target + broadcast_vector<kPow2Period>(v, period));
         }
     }
     float acc = 0.0f;

@@ -20,8 +20,8 @@ from .profile import kernel_lines, kernel_name, kernel_times  # noqa: F401 (benc
 # and smaller sizes; published measurements use the defaults.
 REPS = int(os.environ.get("KERNELS_BENCH_REPS", 100))
 
-# GPU clock cycles of the sleep queued before each timed call (about 0.1 ms at H100 clocks).
-LEAD_CYCLES = 200_000
+# GPU clock cycles of the sleep before each timed call: ~0.5 ms on an H100 (clear_and_lead: why).
+LEAD_CYCLES = 1_000_000
 
 # GPU clock cycles of the sleep queued_ms puts in front of its calls: about 30 ms at H100 clocks,
 # longer than the host takes to launch them.
@@ -108,9 +108,9 @@ def rotation_count(bytes_per_call: int, l2_bytes: int, free_bytes: int, limit: i
 def clear_and_lead(clear: str = "read"):
     """A function that queues what :func:`time_ms` puts before each timed call: a read of a buffer
     of 256 MB or twice L2, which evicts the inputs from L2, then a sleep kernel. Together they keep
-    the GPU busy (about 0.2 ms on an H100) while Python launches the call, so that the events time
+    the GPU busy (about 0.6 ms on an H100) while Python launches the call, so that the events time
     the GPU's work, not the host's launch (:func:`launch_overhead_ms`), even through a short host
-    stall (a garbage collection, torch.compile's workers), which once made whole runs host-bound.
+    stall or slow call (a torch.compile'd one can take the host 0.6 ms: PERFLOG, session 28).
     ``clear="write"`` writes the buffer instead, as ``triton.testing.do_bench`` does: the lines it
     leaves modified in L2 are written back by the timed call as its reads evict them, about 10 µs
     more per call on an H100 (chapter 7 measures it). ``bench/call_timeline.py`` uses it too."""
