@@ -302,10 +302,12 @@ def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
 
 @final
 @pytest.mark.parametrize("shape", [(64, 64), (51, 80), (128, 64), (102, 80), (2, 2048),
-                                   (1365, 12), (3, 4096), (16, 1024)])
+                                   (1365, 12), (3, 4096), (16, 1024), (2, 8192)])
 def test_broadcast_rows_of_every_length_in_the_single_block(path, op, shape):
     """Version 5's single block finds a broadcast row's vector by a mask where the row's length
-    is a power of two, and by a division otherwise: rows of both kinds, in each block shape."""
+    is a power of two, and by a division otherwise: rows of both kinds, in each block shape. A
+    power-of-two row that divides the block's stride is read once per thread; (2, 8192) is the
+    one that does not (8192 > 4 x 1024), so each of its loads masks its own index."""
     loss = loss_or_skip(op)
     if not broadcasts(loss):
         pytest.skip(f"{loss}: the target has the prediction's shape")
