@@ -119,10 +119,11 @@ def main() -> None:
         print(f"{gpu}: time / torch.compile (below 1.00 is faster)")
         print(f"{'loss':<7}{'n':>6}{'compile us':>12}" + "".join(f"{label:>32}" for label in kernels))
         for loss in losses:
+            ops = {label: getattr(k, loss) for label, k in kernels.items()}
+            # for the spans; median_against_compile builds its own, which shares Dynamo's graphs
+            compiled = torch.compile(get_loss(loss).reference, dynamic=False)
             for n in sizes:
-                ops = {label: getattr(k, loss) for label, k in kernels.items()}
                 measured = bench.median_against_compile(ops, loss, n, opts.runs)
-                compiled = torch.compile(get_loss(loss).reference, dynamic=False)
                 spans = loss_spans({"torch.compile": compiled, **ops}, loss,
                                    bench.element_wise_shape(n, loss))
                 rows += results.rows_from(measured + spans, gpu, "v5_ablation", 0.0)
