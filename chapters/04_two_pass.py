@@ -571,7 +571,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # under $2^{21}$ elements the plain-loads build runs version 5's very kernels (its switch acts
 # from $2^{21}$ up), and yet its ratios there differ from version 5's by as much as the first
 # lines under the tables print. The second tables time the same calls from the start of
-# their first kernel to the end of their last (`profile.call_span_ms`, from
+# their first kernel to the end of their last (`spans.call_span_ms`, from
 # `torch.profiler`'s timestamps), and there the two builds agree to within a couple of
 # percent: the spread is not in the kernels. It is in what a call's events hold besides its
 # kernels, which the last lines print: a few microseconds per call, more than half of the
@@ -605,7 +605,7 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
 
 # %% tags=["nbval-ignore-output"]
 # The same builds, each call timed from its first kernel's start to its last kernel's end
-# (profile.call_span_ms: torch.profiler's timestamps), without what the events add around them
+# (spans.call_span_ms: torch.profiler's timestamps), without what the events add around them
 KERNELS = " (kernels)"
 spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
          for r in ablation if r["provider"].endswith(KERNELS)]
