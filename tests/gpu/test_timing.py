@@ -1,6 +1,8 @@
 """The timing harness on a GPU: what ``clear_and_lead`` queues before each call, that the events
 time a known duration, and that a call's kernels are found between the leads' sleeps."""
 
+import time
+
 import pytest
 
 import gpu_support  # noqa: F401  (puts the repository on sys.path)
@@ -40,6 +42,20 @@ def test_the_events_time_a_kernel_of_known_length_and_not_the_lead():
     lead_ms = events.time_ms(lambda: torch.cuda._sleep(events.LEAD_CYCLES), [()], reps=10)
     ms = events.time_ms(lambda: torch.cuda._sleep(events.LEAD_CYCLES // 5), [()], reps=20)
     assert ms == pytest.approx(lead_ms / 5, rel=0.1)
+
+
+def test_a_call_whose_host_work_outlasts_the_usual_lead_is_timed_on_the_gpu():
+    # 2 ms of host work before a 0.1 ms kernel, far past the 0.5 ms sleep: the lead grows
+    # with the warm-up's host time, so the events hold the kernel, not the host's wait.
+    def kernel():
+        torch.cuda._sleep(events.LEAD_CYCLES // 5)
+
+    def slow_host():
+        time.sleep(0.002)
+        kernel()
+
+    assert events.time_ms(slow_host, [()], reps=20) == pytest.approx(
+        events.time_ms(kernel, [()], reps=20), rel=0.1)
 
 
 def test_a_calls_span_covers_its_kernels_whatever_the_lead_queued():
