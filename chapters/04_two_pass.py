@@ -563,8 +563,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `bench/v5_ablation.py`'s run, timed in two ways, then the chapter's own sweep and
 # `bench/reduction_targets.py`'s run. Version 5 is well ahead at $2^{14}$ elements and level
 # or a little ahead from $2^{26}$ up, for all three losses. At $2^{12}$ elements our single
-# block and `torch.compile`'s single program are level or a percent apart; the end of the
-# section says what is left between them.
+# block and `torch.compile`'s single program are level or a percent or two apart; the end of
+# the section says what is left between them.
 #
 # In between, from $2^{16}$ to $2^{24}$ elements, a call takes microseconds, and timing it
 # needed a fix of its own. In earlier runs of these tables the plain-loads build, which under
@@ -583,26 +583,26 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
 # $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is behind by
 # events from $2^{16}$ to $2^{22}$, by a few percent, most at $2^{16}$ (the last tables have
-# it level at $2^{20}$), while its kernels' spans are level with Inductor's or a few percent
-# either way. What is left is outside the
-# kernels. The last lines under the tables print what each call's events hold besides its
-# kernels. From $2^{16}$ up, where pass 2 runs, version 5's calls hold a fraction of a
-# microsecond more than `torch.compile`'s, and the build with an ordinary launch of pass 2
-# about as much as `torch.compile`'s: the dependent launch costs that outside the kernels.
-# It saves more inside them (the ordinary launch is slower at every size from $2^{16}$ to
-# $2^{22}$, by both timings and for both losses), but Hinge's kernels are only level, so the
-# cost outside decides. Plain loads from $2^{21}$ up move the spans by a few percent at most:
+# it level at $2^{20}$), while its kernels' spans are level with Inductor's or ahead. What is
+# left is outside the kernels. The last lines under the tables print what each call's events
+# hold besides its kernels. From $2^{16}$ up, where pass 2 runs, version 5's calls hold a
+# fraction of a microsecond more than `torch.compile`'s, and the build with an ordinary launch
+# of pass 2 about as much as `torch.compile`'s: the dependent launch costs that outside the
+# kernels. It saves more inside them (the ordinary launch is slower at every size from
+# $2^{16}$ to $2^{22}$, by both timings and for both losses), but Hinge's kernels gain too
+# little on Inductor's to pay for it. Plain loads from $2^{21}$ up move the spans by a few percent at most:
 # with the timing's clear reading its buffer, L2 holds only clean lines, and the dirty lines
 # that evict-first loads used to leave alone were the old write clear's own.
 #
 # Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
 # its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
 # wrapper) had outrun the GPU work that the timing queues ahead of each call, and the events
-# timed the host. The lead is now longer ({doc}`../book/timing`). `bench/reduction_targets.py`
-# times each size three times by events and keeps the median; its published run, the last
-# tables below, agrees with the chapter's sweep: version 5 level or a percent behind at
-# $2^{12}$ elements, and Hinge behind at the middle sizes. Beside its targets it prints
-# the kernels' spans up to $2^{24}$ elements, without a target.
+# timed the host. The lead is now longer, and longer still before a call whose host work
+# needs it ({doc}`../book/timing`). `bench/reduction_targets.py` times each size three times
+# by events and keeps the median; its published run, the last tables below, agrees with the
+# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, and Hinge behind
+# at the middle sizes. Beside its targets it prints the kernels' spans up to $2^{24}$
+# elements, without a target.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
