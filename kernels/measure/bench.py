@@ -1,9 +1,10 @@
 """Time GPU ops with CUDA events and turn times into effective bandwidth.
 
 The method (book/timing.md explains each step): warm up first; time every call with a pair of
-CUDA events behind an L2 clear and a sleep, and take the median (``events.py``); when the inputs fit in L2, rotate among enough copies that
-each call reads from DRAM; count only the bytes the loss must read (``Loss.min_bytes``); and
-compare with the GPU's read bandwidth measured in the same process (:func:`read_bandwidth`).
+CUDA events behind an L2 clear and a sleep, and take the median (``events.py``); when the
+inputs fit in L2, rotate among enough copies that each call reads from DRAM; count only the
+bytes the loss must read (``Loss.min_bytes``); and compare with the GPU's read bandwidth
+measured in the same process (:func:`read_bandwidth`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import statistics
 from dataclasses import dataclass
 
 from ..losses import get_loss
+# bench.time_ms, bench.REPS, ...: the names the notebooks and the scripts use
 from .events import (LEAD_CYCLES, REPS, clear_and_lead, launch_overhead_ms,  # noqa: F401
-                     queued_ms, time_ms)  # bench.REPS, bench.LEAD_CYCLES: the toolkit's one door
+                     queued_ms, time_ms)
 from .profile import kernel_lines, kernel_name, kernel_times  # noqa: F401 (bench.kernel_times)
 
 # SIZES, the problem sizes of the throughput plots: 2^12 to 2^30 elements, a step of 4x, up to

@@ -13,7 +13,7 @@ from .bench import Measurement, clear_and_lead
 
 KERNELS = " (kernels)"  # appended to a provider's name for its kernels' span
 
-SLEEP_KERNEL = "spin"  # the kernel of torch.cuda._sleep, which bench.time_ms queues before each call
+SLEEP_KERNEL = "spin"  # the kernel of torch.cuda._sleep, queued before each timed call
 LEAD_SLEEP_US = 50  # the lead's sleep lasts ~500 µs; the empty launches before it (sleeps of 0
 # cycles, events.clear_and_lead) a few µs
 
