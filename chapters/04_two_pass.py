@@ -563,37 +563,46 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # `bench/v5_ablation.py`'s run, timed in two ways, then the chapter's own sweep and
 # `bench/reduction_targets.py`'s run. Version 5 is well ahead at $2^{14}$ elements and level
 # or a little ahead from $2^{26}$ up, for all three losses. At $2^{12}$ elements our single
-# block and `torch.compile`'s single program are within a few percent of each other; the end
-# of the section says what is left between them.
+# block and `torch.compile`'s single program are level or a percent or two apart; the end of
+# the section says what is left between them.
 #
-# In between, from $2^{16}$ to $2^{24}$ elements, where a call takes microseconds, not
-# milliseconds, the events' timing cannot rank the two. The ablation's first tables show why:
-# under $2^{21}$ elements the plain-loads build runs version 5's very kernels (its switch acts
-# from $2^{21}$ up), and yet its ratios there differ from version 5's by as much as the first
-# lines under the tables print. The second tables time the same calls from the start of
-# their first kernel to the end of their last (`profile.call_span_ms`, from
-# `torch.profiler`'s timestamps), and there the two builds agree to within a couple of
-# percent: the spread is not in the kernels. It is in what a call's events hold besides its
-# kernels, which the last lines print: a few microseconds per call, more than half of the
-# kernels' own time at $2^{16}$, and moving by up to a microsecond or more from one provider
-# or size to the next, whichever the build. So a build's column says something only where it
-# moves by more than its timing's spread. In the kernels' spans, the ordinary launch of pass 2
-# costs at every size from $2^{16}$ to $2^{22}$ elements, for both losses. Plain loads from
-# $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading its
-# buffer ({doc}`../book/timing`), L2 holds only clean lines, and the dirty lines that
-# evict-first loads used to leave alone were the old write clear's own.
+# In between, from $2^{16}$ to $2^{24}$ elements, a call takes microseconds, and timing it
+# needed a fix of its own. In earlier runs of these tables the plain-loads build, which under
+# $2^{21}$ elements runs version 5's very kernels (its switch acts from $2^{21}$ up), read up
+# to a tenth away from version 5, and which sizes trailed `torch.compile` changed from run to
+# run. The cause was the GPU, not the kernels: what ran before a call moves where its blocks
+# run, and with it the time of a call this short, by up to about a microsecond. That state
+# held through a whole measurement of a hundred calls and changed between measurements, so
+# two providers timed one after the other could each be timed in a different one. The timing
+# now queues a random number of empty one-block launches before each call
+# ({doc}`../book/timing`), so that each median is taken over many such states, and the same
+# kernels now agree to within about a percent (the first lines under the tables). The second
+# tables time the same calls from the start of their first kernel to the end of their last
+# (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
-# The chapter's own sweep, the tables after them, is timed by events and is mixed at the
-# middle sizes; which sizes trail changes from run to run. Earlier runs of these tables also
-# caught slow calls of `torch.compile`'s own, several times its neighbours' time: a compiled
-# call's host work (Dynamo's guards, the graph's Python wrapper) had outrun the GPU work that
-# the timing queues ahead of each call, and the events timed the host. The lead is now longer
-# ({doc}`../book/timing`). `bench/reduction_targets.py` times each size
-# three times by events and keeps the median; its published run, the last tables below, has
-# version 5 behind `torch.compile` at $2^{12}$ elements for all three losses, by a percent
-# or two, and at some of the middle sizes, by up to about the events' spread above. Beside
-# its targets it prints the kernels' spans up to $2^{24}$ elements, without a target, for
-# reading those.
+# Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
+# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is behind by
+# events from $2^{16}$ to $2^{22}$, by a few percent, most at $2^{16}$ (the last tables have
+# it level at $2^{20}$), while its kernels' spans are level with Inductor's or ahead. What is
+# left is outside the kernels. The last lines under the tables print what each call's events
+# hold besides its kernels. From $2^{16}$ up, where pass 2 runs, version 5's calls hold a
+# fraction of a microsecond more than `torch.compile`'s, and the build with an ordinary launch
+# of pass 2 about as much as `torch.compile`'s: the dependent launch costs that outside the
+# kernels. It saves more inside them (the ordinary launch is slower at every size from
+# $2^{16}$ to $2^{22}$, by both timings and for both losses), but Hinge's kernels gain too
+# little on Inductor's to pay for it. Plain loads from $2^{21}$ up move the spans by a few percent at most:
+# with the timing's clear reading its buffer, L2 holds only clean lines, and the dirty lines
+# that evict-first loads used to leave alone were the old write clear's own.
+#
+# Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
+# its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
+# wrapper) had outrun the GPU work that the timing queues ahead of each call, and the events
+# timed the host. The lead is now longer, and longer still before a call whose host work
+# needs it ({doc}`../book/timing`). `bench/reduction_targets.py` times each size three times
+# by events and keeps the median; its published run, the last tables below, agrees with the
+# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, and Hinge behind
+# at the middle sizes. Beside its targets it prints the kernels' spans up to $2^{24}$
+# elements, without a target.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
@@ -605,7 +614,7 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
 
 # %% tags=["nbval-ignore-output"]
 # The same builds, each call timed from its first kernel's start to its last kernel's end
-# (profile.call_span_ms: torch.profiler's timestamps), without what the events add around them
+# (spans.call_span_ms: torch.profiler's timestamps), without what the events add around them
 KERNELS = " (kernels)"
 spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
          for r in ablation if r["provider"].endswith(KERNELS)]

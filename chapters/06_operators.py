@@ -539,8 +539,10 @@ for name in ("mse", "smooth_l1", "hinge"):
 # Smooth L1 the step then moves 20 bytes instead of 12 (20/12 = 1.67); for Hinge, 16 instead
 # of 8, twice as many, because Hinge's forward reads only 4 bytes per element and the scaling
 # pass costs as much as the whole forward. No training loop changes its scale at every step:
-# that column is what a wrong guess costs. At small sizes every provider is a few launches long
-# and the host's autograd work decides.
+# that column is what a wrong guess costs. At small sizes every provider is a few launches long:
+# the GPU's time is the launches', and in a training loop the host's autograd work, longer
+# still, decides (the timing here sleeps long enough before each step to leave the host out:
+# {doc}`../book/timing`).
 #
 # Nsight Compute counts those bytes. One MSE training step at $2^{26}$ float32 elements, every
 # kernel launched between `torch.cuda.profiler.start()` and `stop()` (the backward's too, which

@@ -144,15 +144,3 @@ def test_machine_code_archs_reads_a_library_built_for_a_small_gpu(tmp_path):
                     "arch=compute_75,code=[sm_75,compute_75]", "-o", str(library), str(source)],
                    check=True, capture_output=True)
     assert profile.machine_code_archs(profile.cuobjdump_path(), library) == ["sm_75"]
-
-
-def test_calls_between_sleeps_keeps_each_calls_events_and_drops_the_next_clear():
-    # Two calls as bench.time_ms queues them: a clear of two events (a memset, the read), the
-    # sleep, then the call's kernels; out of order, as a profiler may list them.
-    events = [("memset", 0, 1), ("reduce_kernel", 1, 80), ("spin_kernel", 80, 180),
-              ("tile_partials", 181, 190), ("finish_mean", 188, 192),
-              ("memset", 200, 201), ("reduce_kernel", 201, 280), ("spin_kernel", 280, 380),
-              ("tile_partials", 381, 389), ("finish_mean", 387, 393)]
-    groups = profile.calls_between_sleeps(events[::-1], clear_events=2)
-    assert [[name for name, *_ in g] for g in groups] == [["tile_partials", "finish_mean"]] * 2
-    assert [max(e[2] for e in g) - min(e[1] for e in g) for g in groups] == [11, 12]

@@ -837,3 +837,13 @@ def test_other_fused_heads_are_those_installed(monkeypatch):
         t = torch.randint(0, 16, (6,))
         expected = torch.nn.functional.cross_entropy(h @ w.t(), t)
         assert torch.allclose(heads["F.linear_cross_entropy"](h, w, t), expected)
+
+
+def test_the_lead_sleeps_longer_only_for_a_call_whose_host_work_needs_it(monkeypatch):
+    from kernels.measure import events
+
+    monkeypatch.setattr(events, "sleep_cycles_per_ms", lambda: 2e6)  # a 2 GHz clock
+    assert events.sleep_for([]) == events.LEAD_CYCLES  # no warm-up: the usual lead
+    assert events.sleep_for([0.02, 0.03, 0.02]) == events.LEAD_CYCLES  # a launch: 0.5 ms covers it
+    # a training step, 0.3 ms a call on the host and one slow call: 4 x the median
+    assert events.sleep_for([0.3, 0.25, 1.0]) == 4 * 0.3 * 2e6

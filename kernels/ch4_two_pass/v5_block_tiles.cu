@@ -108,10 +108,11 @@ template <bool kStream, class T> __device__ __forceinline__ T read(const T* p) {
 }
 
 // The target vector that pred's vector v meets (a broadcast target of length period, a multiple
-// of 4). The division by the period is a dozen dependent instructions (I2F, MUFU.RCP, F2I,
-// IMAD.HI, ...) before a single block's first target load: where the period is a power of two,
-// a mask, as in Inductor's program, whose period is a constant. At 2^12 and 2^13 elements
-// (periods of 64) the kernel's span fell 3-5% (bench/PERFLOG.md, session 27).
+// of 4), for the single block and pass 1's tiles alike. The division by the period is a dozen
+// dependent instructions (I2F, MUFU.RCP, F2I, IMAD.HI, ...) before a single block's first
+// target load: where the period is a power of two, a mask, as in Inductor's program, whose
+// period is a constant. At 2^12 and 2^13 elements (periods of 64) the single block's span fell
+// 3-5% (bench/PERFLOG.md, session 27).
 template <bool kPow2Period>
 __device__ __forceinline__ uint32_t broadcast_vector(uint32_t v, uint32_t period) {
     return (kPow2Period ? 4u * v & (period - 1) : 4u * v % period) / 4;
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     const int nvec = static_cast<int>(a.n / 4);
     // Where the block's stride (4 x kBlock elements) is a multiple of a power-of-two period, all
     // of a thread's loads meet the same target vector: it is read once, as Inductor's program
-    // folds its loads' indices into one (Hinge 2^13: span -2 to -3%, bench/PERFLOG.md).
+    // folds its loads' indices into one (Hinge 2^12-2^13: span -4 to -5%, PERFLOG, session 28).
     const bool one_vector = kPow2Period && (4u * kBlock & (period - 1)) == 0;
     float4 p[kLoads], t[kLoads];
 #pragma unroll

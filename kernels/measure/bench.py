@@ -1,31 +1,23 @@
 """Time GPU ops with CUDA events and turn times into effective bandwidth.
 
 The method (book/timing.md explains each step): warm up first; time every call with a pair of
-CUDA events and take the median; when the inputs fit in L2, rotate among enough copies that
-each call reads from DRAM; count only the bytes the loss must read (``Loss.min_bytes``); and
-compare with the GPU's read bandwidth measured in the same process (:func:`read_bandwidth`).
+CUDA events behind an L2 clear and a sleep, and take the median (``events.py``); when the
+inputs fit in L2, rotate among enough copies that each call reads from DRAM; count only the
+bytes the loss must read (``Loss.min_bytes``); and compare with the GPU's read bandwidth
+measured in the same process (:func:`read_bandwidth`).
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import time
 from dataclasses import dataclass
 
 from ..losses import get_loss
+# bench.time_ms, bench.REPS, ...: the names the notebooks and the scripts use
+from .events import (LEAD_CYCLES, REPS, clear_and_lead, launch_overhead_ms,  # noqa: F401
+                     queued_ms, time_ms)
 from .profile import kernel_lines, kernel_name, kernel_times  # noqa: F401 (bench.kernel_times)
-
-# A validation run (pytest --nbval, whose checks ignore timings) may ask for fewer repetitions
-# and smaller sizes; published measurements use the defaults.
-REPS = int(os.environ.get("KERNELS_BENCH_REPS", 100))
-
-# GPU clock cycles of the sleep before each timed call: ~0.5 ms on an H100 (clear_and_lead: why).
-LEAD_CYCLES = 1_000_000
-
-# GPU clock cycles of the sleep queued_ms puts in front of its calls: about 30 ms at H100 clocks,
-# longer than the host takes to launch them.
-QUEUE_CYCLES = 50_000_000
 
 # SIZES, the problem sizes of the throughput plots: 2^12 to 2^30 elements, a step of 4x, up to
 # $KERNELS_MAX_ELEMENTS or else what the GPU's memory holds. Computed on first use (module
@@ -105,48 +97,6 @@ def rotation_count(bytes_per_call: int, l2_bytes: int, free_bytes: int, limit: i
     return int(max(1, min(wanted, limit, affordable)))
 
 
-def clear_and_lead(clear: str = "read"):
-    """A function that queues what :func:`time_ms` puts before each timed call: a read of a buffer
-    of 256 MB or twice L2, which evicts the inputs from L2, then a sleep kernel. Together they keep
-    the GPU busy (about 0.6 ms on an H100) while Python launches the call, so that the events time
-    the GPU's work, not the host's launch (:func:`launch_overhead_ms`), even through a short host
-    stall or slow call (a torch.compile'd one can take the host 0.6 ms: PERFLOG, session 28).
-    ``clear="write"`` writes the buffer instead, as ``triton.testing.do_bench`` does: the lines it
-    leaves modified in L2 are written back by the timed call as its reads evict them, about 10 µs
-    more per call on an H100 (chapter 7 measures it). ``bench/call_timeline.py`` uses it too."""
-    import torch
-
-    if clear not in ("read", "write"):
-        raise ValueError(f"clear must be 'read' or 'write', not {clear!r}")
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    buffer = torch.ones(max(2 * l2, 256 << 20) // 4, device="cuda")
-    evict = buffer.sum if clear == "read" else buffer.zero_
-    return lambda: (evict(), torch.cuda._sleep(LEAD_CYCLES))  # queued in this order
-
-
-def time_ms(fn, arg_sets, warmup: int = 10, reps: int | None = None,
-            clear: str = "read") -> float:
-    """Median GPU time of ``fn(*args)`` in milliseconds, cycling through ``arg_sets``, each call
-    queued behind :func:`clear_and_lead`'s L2 clear and sleep (``clear`` picks the clear)."""
-    import torch
-
-    before_call = clear_and_lead(clear)
-    reps = reps or REPS
-    for i in range(warmup):
-        fn(*arg_sets[i % len(arg_sets)])
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    torch.cuda.synchronize()
-    for i in range(reps):
-        args = arg_sets[i % len(arg_sets)]
-        before_call()
-        starts[i].record()
-        fn(*args)
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
 def training_step(loss_fn, grad_output=None, scales=()):
     """``step(*inputs)``: the loss's share of a training step, forward then
     ``backward(grad_output)``, with the gradient of every input that requires one cleared first
@@ -191,22 +141,6 @@ def patched(fn, owner, name: str, value):
         finally:
             setattr(owner, name, kept)
     return run
-
-
-def launch_overhead_ms(fn, args, reps: int = 200) -> float:
-    """Median wall time of one call including the host's launch cost (what a Python loop sees)."""
-    import torch
-
-    for _ in range(10):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn(*args)
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def read_bandwidth(nbytes: int = 1 << 32) -> float:
@@ -376,25 +310,3 @@ def element_wise_shape(n: int, loss_name: str) -> tuple:
         cols = 1 << ((n.bit_length() - 1) // 2)
         return (n // cols, cols)
     return (n,)
-
-
-def queued_ms(fn, args, iters=20, repeats=5):
-    """GPU time per call with the host queued ahead: a sleep kernel holds the GPU while the host
-    launches ``iters`` calls, so autograd's host work between kernels never shows as idle GPU
-    (per-call events see it whenever the host falls behind). Median over ``repeats``."""
-    import torch
-
-    for _ in range(3):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(QUEUE_CYCLES)
-        start.record()
-        for _ in range(iters):
-            fn(*args)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / iters)
-    return statistics.median(times)

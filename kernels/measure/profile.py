@@ -141,51 +141,6 @@ def kernel_times(label, fn, args, reps=5) -> dict:
     return times
 
 
-SLEEP_KERNEL = "spin"  # the kernel of torch.cuda._sleep, which bench.time_ms queues before each call
-
-
-def calls_between_sleeps(events, clear_events: int) -> list[list]:
-    """The device events ``(name, start, end)`` of each call queued as :func:`bench.time_ms`
-    queues it (a clear of ``clear_events`` events, the sleep kernel, the call): for each sleep,
-    the events after it and before the next call's clear."""
-    events = sorted(events, key=lambda event: event[1])
-    sleeps = [i for i, event in enumerate(events) if SLEEP_KERNEL in event[0]]
-    stops = [i - clear_events for i in sleeps[1:]] + [len(events)]
-    return [events[sleep + 1:stop] for sleep, stop in zip(sleeps, stops)]
-
-
-def call_span_ms(fn, arg_sets, before_call, calls: int = 40) -> float:
-    """Median time from the start of ``fn``'s first kernel to the end of its last, per call
-    (torch.profiler), each call queued behind ``before_call()`` (``bench.clear_and_lead()``, as
-    ``bench.time_ms`` queues it): the call's GPU work without what its events hold around it
-    (chapter 4 measures how much that moves between builds of one file)."""
-    import statistics
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    def device_events(prof):
-        return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA]
-
-    for i in range(3):
-        fn(*arg_sets[i % len(arg_sets)])
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        before_call()
-        torch.cuda.synchronize()
-    clear_events = len(device_events(prof)) - 1  # all but the sleep
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            before_call()
-            fn(*arg_sets[i % len(arg_sets)])
-        torch.cuda.synchronize()
-    groups = calls_between_sleeps(device_events(prof), clear_events)
-    if len(groups) != calls or not all(groups):
-        raise RuntimeError(f"expected {calls} calls with kernels, found {len(groups)}")
-    return statistics.median(max(e[2] for e in g) - min(e[1] for e in g) for g in groups) / 1e3
-
-
 def kernel_name(name: str, width: int = 60) -> str:
     """:func:`short_name` cut to ``width``: a profiler's kernel name short enough for a line."""
     return short_name(name).strip()[:width]
