@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels import bench  # noqa: E402
+from kernels.measure.spans import SLEEP_KERNEL  # noqa: E402
 
 REPS = 20
-SLEEP_KERNEL = "spin"  # torch.cuda._sleep's kernel
 GAP_US = 500  # kernels further apart belong to different repetitions (1 ms sleep)
 
 
