@@ -343,9 +343,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "ms
 # tree is a small part of the work: the large gains come from the steps that change how memory
 # is read, version 4's two loads per thread and version 6's wide loads and resident grid, with
 # a smaller one from version 5's shuffle tail. Version 6 comes close to the read bandwidth at
-# the largest sizes and is within a few percent of `torch.compile`, either way, from $2^{20}$
-# elements up; below that it is behind, where its three launches per call weigh more than
-# `torch.compile`'s. At small sizes all six versions are close to
+# the largest sizes and is just behind `torch.compile`, within a few percent, from $2^{24}$
+# elements up; below that it is further behind, where its three launches per call weigh more
+# than `torch.compile`'s. At small sizes all six versions are close to
 # one another: they are bound by launches (three per call), which chapter 4 reduces.
 # Smooth L1 and Hinge with the same kernel:
 
@@ -360,11 +360,11 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
          + results.markdown_table(rows, ["eager", "torch.compile", "v6"], "hinge"))
 
 # %% [markdown]
-# For Smooth L1, `torch.compile` is ahead of version 6 at every size up
-# to $2^{22}$ elements, where version 6's three launches per call weigh most; the two are level,
-# within a few percent either way, from $2^{24}$ to $2^{28}$, and version 6 is just behind at
-# $2^{30}$ (the first table). For Hinge, `torch.compile` is ahead at every size, by little from
-# $2^{24}$ elements up, and version 6 is just behind it at $2^{30}$ (the second table).
+# For Smooth L1, `torch.compile` is ahead of version 6 at every size up to $2^{22}$ elements,
+# where version 6's three launches per call weigh most; from $2^{24}$ elements up the two are
+# level, version 6 just behind at every size (the first table). For Hinge, `torch.compile` is
+# ahead at every size, by little from $2^{24}$ elements up, and version 6 is just behind it at
+# $2^{30}$ (the second table).
 #
 # ## Exercises
 #

@@ -428,6 +428,12 @@ del pred, target
 #   block, already resident, waits at `griddepcontrol.wait` until pass 1 has finished and its
 #   partials are visible. The wait moves from the stream to the device. On older GPUs the
 #   launcher asks which architecture pass 2 was built for and launches pass 2 the ordinary way.
+#   Pass 2 is one block of 256 threads: with 1024 the calls took one or two tenths of a
+#   microsecond longer (fewer warps to start, and to wait for at the block's barriers). Why not
+#   version 3's single launch? Tried here, its last block saved what the second launch costs
+#   outside the kernels and lost as much inside them, in every block's fence and count; from
+#   $2^{22}$ elements on, where a thousand blocks and more count on one counter, it was slower
+#   (`bench/PERFLOG.md`, session 30).
 # - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
@@ -576,23 +582,24 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # two providers timed one after the other could each be timed in a different one. The timing
 # now queues a random number of empty one-block launches before each call
 # ({doc}`../book/timing`), so that each median is taken over many such states, and the same
-# kernels now agree to within about a percent (the first lines under the tables). The second
+# kernels now agree to within a percent or two (the first lines under the tables). The second
 # tables time the same calls from the start of their first kernel to the end of their last
 # (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
 # Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
-# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is behind by
-# events from $2^{16}$ to $2^{22}$, by a few percent, most at $2^{16}$ (the last tables have
-# it level at $2^{20}$), while its kernels' spans are level with Inductor's or ahead. What is
-# left is outside the kernels. The last lines under the tables print what each call's events
-# hold besides its kernels. From $2^{16}$ up, where pass 2 runs, version 5's calls hold a
-# fraction of a microsecond more than `torch.compile`'s, and the build with an ordinary launch
-# of pass 2 about as much as `torch.compile`'s: the dependent launch costs that outside the
-# kernels. It saves more inside them (the ordinary launch is slower at every size from
-# $2^{16}$ to $2^{22}$, by both timings and for both losses), but Hinge's kernels gain too
-# little on Inductor's to pay for it. Plain loads from $2^{21}$ up move the spans by a few percent at most:
-# with the timing's clear reading its buffer, L2 holds only clean lines, and the dirty lines
-# that evict-first loads used to leave alone were the old write clear's own.
+# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is level with
+# `torch.compile` by events from $2^{16}$ to $2^{22}$, within a few percent either way, and
+# furthest behind at $2^{16}$ in the last two tables, while its kernels' spans are level with
+# Inductor's or ahead. What Hinge still loses is outside the kernels. The last lines under
+# the tables print what each call's events hold besides its kernels. From $2^{16}$ up, where
+# pass 2 runs, version 5's calls hold a fraction of a microsecond more than
+# `torch.compile`'s, and the build with an ordinary launch of pass 2 about as much as
+# `torch.compile`'s: the dependent launch costs that outside the kernels. It saves more inside
+# them (the ordinary launch is slower at every size from $2^{16}$ to $2^{22}$, by both timings
+# and for both losses). MSE's kernels are far enough ahead of Inductor's to pay for it;
+# Hinge's gain about as much as it costs. Plain loads from $2^{21}$ up move the spans by a few
+# percent at most: with the timing's clear reading its buffer, L2 holds only clean lines, and
+# the dirty lines that evict-first loads used to leave alone were the old write clear's own.
 #
 # Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
 # its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
@@ -600,9 +607,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # timed the host. The lead is now longer, and longer still before a call whose host work
 # needs it ({doc}`../book/timing`). `bench/reduction_targets.py` times each size three times
 # by events and keeps the median; its published run, the last tables below, agrees with the
-# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, and Hinge behind
-# at the middle sizes. Beside its targets it prints the kernels' spans up to $2^{24}$
-# elements, without a target.
+# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, and Hinge level
+# at the middle sizes but for $2^{16}$, a little behind. Beside its targets it prints the
+# kernels' spans up to $2^{24}$ elements, without a target.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)

@@ -427,8 +427,9 @@ del x, t
 # The write-back costs every call the same few microseconds, whatever the call does, so
 # ratios between providers barely move; absolute bandwidths of calls that read about a
 # gigabyte rise by a few percent. Even cleared by a read, version 4's call stays just short of
-# its target (the MISS line above), while `torch.sum` over the same logits, one kernel with no
-# final sum of rows, reaches it: the gap is the call's fixed cost outside the row kernel.
+# its target (the MISS line above), by the call's fixed cost outside the row kernel, which
+# alone makes it (the lines above). In this run `torch.sum` over the same logits, one kernel
+# with no final sum of rows, lands a hair under the line too, level with version 4.
 # Nsight Compute says more about the kernels themselves.
 #
 # ## What Nsight Compute shows
@@ -618,10 +619,12 @@ for tokens, _, _ in HEAD_SHAPES:
 
 # %% [markdown]
 # The fused head keeps its promise on memory: under a quarter of a GiB where `torch.compile`
-# needs about two to five and eager about five to thirteen. Of the heads that stay that small,
-# ours is the fastest by far: Liger-Kernel's and Cut Cross-Entropy's (where installed) need even
-# less memory and take much longer. Ours is faster than eager PyTorch at both sizes, but still
-# slower than `torch.compile` by the margin printed above.
+# needs about two to five and eager about five to thirteen. Liger-Kernel's and Cut
+# Cross-Entropy's fused heads need even less memory; they have rows only where they are
+# installed, and this run had neither (`bench/PERFLOG.md` keeps their times from earlier runs
+# on this GPU, where both took much longer than ours). Ours is faster than eager PyTorch at
+# both sizes, and nearly level with `torch.compile`: slower by under a percent in this run (the
+# MISS lines above).
 #
 # Where that time goes, from a profile of one step of each (`bench/lm_head_profile.py`, its
 # numbers in `bench/PERFLOG.md`): the products that make the logits and the hidden states'

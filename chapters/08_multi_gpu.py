@@ -269,8 +269,8 @@ plt.show()
 
 # %% [markdown]
 # Splitting the vocabulary over two GPUs nearly halves the step: each GPU reads and writes
-# half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 (GPU time
-# per step, µs):
+# half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 of the same
+# two-GPU run (the stored one, where this run had one GPU; GPU time per step, µs):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other "

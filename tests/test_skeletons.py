@@ -78,10 +78,12 @@ def test_the_listings_tool_leaves_a_learners_listing_alone(monkeypatch):
     assert not refresh_listings.shows_a_learners_edit('show_source("ch3_block_reduction/v3_sequential.cu")')
 
 
-def test_a_notebook_records_the_python_operators_it_imported(monkeypatch, tmp_path):
-    """The code around the kernels (kernels/ops: arguments, chunks, autograd) shapes a notebook's
-    outputs too: each load logs the operators imported so far, and a change to one makes the
-    notebooks that imported it stale."""
+def test_a_notebook_records_the_python_operators_and_timing_it_imported(monkeypatch, tmp_path):
+    """The code around the kernels (kernels/ops: arguments, chunks, autograd) and the code that
+    times them (kernels/measure's events, spans and bench) shape a notebook's outputs too: each
+    load logs those imported so far, and a change to one makes the notebooks that imported it
+    stale."""
+    import kernels.measure.events  # noqa: F401  (the timing)
     import kernels.ops.llm_head  # noqa: F401  (chapter 7's head: Python around a kernel)
     from kernels.build.build_cache import Sources
 
@@ -92,8 +94,13 @@ def test_a_notebook_records_the_python_operators_it_imported(monkeypatch, tmp_pa
     head = "kernels/ops/llm_head.py"
     assert logged[head] == skeletons.digest(ROOT / head)
     assert "kernels/ch3_block_reduction/v3_sequential.cu" in logged
-    assert all(k.startswith("kernels/ops/") for k in logged if k.endswith(".py"))
+    timing = "kernels/measure/events.py"
+    assert logged[timing] == skeletons.digest(ROOT / timing)
+    assert all(k.startswith("kernels/ops/") or k in {
+        "kernels/measure/events.py", "kernels/measure/spans.py", "kernels/measure/bench.py"}
+        for k in logged if k.endswith(".py"))
     assert provenance.changed_sources({"sources": logged}) == []
-    logged[head] = "0" * 64
+    logged[head], logged[timing] = "0" * 64, "1" * 64
     assert provenance.changed_sources({"sources": logged}) == [
+        f"{timing} changed since the notebook was executed",
         f"{head} changed since the notebook was executed"]

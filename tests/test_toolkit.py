@@ -313,10 +313,10 @@ def test_a_load_reads_each_source_once_and_records_it(monkeypatch, tmp_path):
     assert seen["cpp_sources"][-1] == codegen.registration(seen["name"], sources.launchers)
     assert "TORCH_CUDA_ARCH_LIST" not in os.environ
     logged = [json.loads(line) for line in (tmp_path / "sources.jsonl").read_text().splitlines()]
-    operators = provenance.imported_operators()  # the Python around the kernels, logged too
+    python = provenance.imported_code()  # the Python around and timing the kernels, logged too
     assert {file: digest for line in logged for file, digest in line.items()} == {
         p.relative_to(ROOT).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in files + operators}
+        for p in files + python}
 
 
 # --- bench -----------------------------------------------------------------------------------

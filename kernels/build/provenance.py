@@ -1,5 +1,5 @@
 """Which kernel sources a notebook built, and which of the course's Python operators
-(``kernels/ops``) it imported, for its metadata: one SHA-256 per file.
+(``kernels/ops``) and timing modules it imported, for its metadata: one SHA-256 per file.
 
 tools/execute.py sets $KERNELS_SOURCES_LOG while it runs a notebook, and stores what ``load``
 logged there as the notebook's ``metadata.course.sources``. :func:`changed_sources` compares them
@@ -20,18 +20,25 @@ from .build_cache import KERNELS_DIR, Sources
 from .skeletons import digest, shipped
 
 
-def imported_operators() -> list[Path]:
-    """The files of ``kernels/ops`` this process has imported: the Python around the kernels
-    (arguments, chunks, autograd), which shapes a notebook's outputs as much as a kernel does."""
+# The timing: how every time in a notebook's tables and plots is taken (the L2 clear, the lead
+# before each call, the medians, the kernels' spans).
+TIMING_MODULES = ("kernels.measure.events", "kernels.measure.spans", "kernels.measure.bench")
+
+
+def imported_code() -> list[Path]:
+    """The files of ``kernels/ops`` and of the timing this process has imported: the Python
+    around the kernels (arguments, chunks, autograd) and the Python that times them, which shape
+    a notebook's outputs as much as a kernel does."""
     return sorted({Path(module.__file__).resolve() for module in list(sys.modules.values())
-                   if getattr(module, "__name__", "").split(".")[:2] == ["kernels", "ops"]
+                   if (getattr(module, "__name__", "").split(".")[:2] == ["kernels", "ops"]
+                       or getattr(module, "__name__", "") in TIMING_MODULES)
                    and getattr(module, "__file__", None)})
 
 
 def record(sources: Sources) -> None:
-    """Append the hashes of the sources just built, and of the operators imported so far (an
-    operator builds its kernels on first use, after its import), to $KERNELS_SOURCES_LOG, if it
-    is set."""
+    """Append the hashes of the sources just built, and of the operators and timing modules
+    imported so far (an operator builds its kernels on first use, after its import), to
+    $KERNELS_SOURCES_LOG, if it is set."""
     log = os.environ.get("KERNELS_SOURCES_LOG")
     if not log:
         return
@@ -40,7 +47,7 @@ def record(sources: Sources) -> None:
         for file, text in sources.files().items():
             rel = file.relative_to(root).as_posix()
             handle.write(json.dumps({rel: hashlib.sha256(text.encode()).hexdigest()}) + "\n")
-        for file in imported_operators():
+        for file in imported_code():
             handle.write(json.dumps({file.relative_to(root).as_posix(): digest(file)}) + "\n")
 
 

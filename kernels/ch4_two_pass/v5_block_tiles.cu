@@ -22,7 +22,14 @@
 // Mid sizes (2^16 to 2^24), where it was 5-18% behind torch.compile, three more changes:
 //  - pass 2 is a programmatic dependent launch (sm_90 on): it is queued with permission to
 //    start before pass 1 ends, and waits on the device (griddepcontrol.wait) instead of on the
-//    stream, so the launch latency of the second kernel hides behind pass 1's last blocks;
+//    stream, so the launch latency of the second kernel hides behind pass 1's last blocks.
+//    Pass 2 is narrow: one block of 256 threads, whose calls took 0.1-0.2 µs less than with
+//    1024 at 2^16-2^22 elements (widths of 32 to 1024 measured: bench/PERFLOG.md, session 30).
+//    It reads the partials with plain loads: a strong load (__ldcg or ld.relaxed.gpu, both
+//    LDG.STRONG.GPU in the machine code) made it end 1.1 µs later at 2^16-2^18. Version 3's
+//    single launch, whose last block adds the partials, saved the second launch's 0.3 µs
+//    outside the kernels and lost as much inside them at 2^16-2^18, and 2.4 µs at 2^22, where
+//    1024 blocks each fence and count on one counter;
 //  - from 2^21 to 2^26 elements pass 1 reads with evict-first loads (__ldcs), as Inductor's
 //    reductions do: lines read once leave L2 first. Larger inputs read plain loads, measured
 //    faster there (chapter 4's version 3 found the same). At 2^26 an H200's Hinge pass 1 with
@@ -58,7 +65,7 @@ constexpr int kBroadcastThreads = 256;     // ... for a broadcast target, 2^21 t
 constexpr int kUnroll = 2;                 // 16-byte loads per input per thread per step
 constexpr int64_t kMinTile = 4096;         // elements per tile, at least (there: twice)
 constexpr int64_t kWantedTiles = 8192;     // tiles double until there are at most this many
-constexpr int kFinalThreads = 1024;        // pass 2: one block (32 warps: warp 0 adds 32 sums)
+constexpr int kFinalThreads = 256;         // pass 2: one block (see "pass 2 is narrow" above)
 constexpr int kOneBlockThreads = 1024;     // small inputs: one block, ...
 constexpr int kOneBlockUnroll = 4;         // ... 4 loads per input per thread: 2^14 in one step
 constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements (2 loads up to 2^13)
@@ -179,7 +186,6 @@ tile_partials(ReductionArgs a, float* partials, int64_t tiles, int64_t tile_elem
 }
 
 // Pass 2: one block adds the partials in float64, in a fixed order, and writes the mean.
-static_assert(kFinalThreads == 1024, "the last step reads one sum per lane of warp 0");
 __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partials, int64_t count,
                                                              int64_t n, float* out) {
     wait_for_previous_kernel();

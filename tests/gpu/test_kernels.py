@@ -5,7 +5,8 @@ hostile inputs.
   reference), at the tolerance of RTOL below.
 - The chapter 4 versions' loss ops (the final, deterministic kernels): wrong device, wrong dtype,
   non-contiguous, expanded and unaligned views, mismatched and empty shapes, NaN and Inf, the
-  0-d result, bitwise determinism over 100 runs, and more than 2^31 elements.
+  0-d result, bitwise determinism over 100 runs, the same bits in a CUDA graph and on two
+  streams at once, and more than 2^31 elements.
 """
 
 import math
@@ -325,6 +326,44 @@ def test_bitwise_deterministic_over_100_runs(path, op):
     results = torch.stack([fn(pred, target) for _ in range(100)])
     bits = torch.unique(results.view(torch.int32))
     assert bits.numel() == 1, f"{bits.numel()} different results over 100 runs"
+
+
+@final
+def test_the_same_bits_in_a_cuda_graph_and_on_two_streams(path, op):
+    """An op must work where PyTorch's does: captured into a CUDA graph (torch.compile's
+    mode="reduce-overhead"), whose replay gives the eager call's bits, and called on two streams
+    at once, each call with its own workspace. A launcher that kept state between calls (version
+    3's counter of finished blocks in a global, instead of each call's workspace) would let
+    calls in flight on two streams count into one counter, and a block that is not the last take
+    the others' partials before they are written."""
+    loss = loss_or_skip(op)
+    fn = built_op(path, op)
+    shape = (513, 2048) if broadcasts(loss) else ((1 << 20) + 7,)
+    pred, target = inputs(loss, shape)
+    eager = fn(pred, target)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(pred, target)  # the allocator's blocks for the capture, made outside it
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn(pred, target)
+    graph.replay()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    results = []
+    for _ in range(50):
+        for s in streams:
+            with torch.cuda.stream(s):
+                results.append(fn(pred, target))
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    bits = lambda r: r.view(torch.int32).item()  # noqa: E731
+    assert bits(captured) == bits(eager)
+    assert {bits(r) for r in results} == {bits(eager)}
+    assert_close_to_float64(eager, loss, pred, target)
 
 
 @final
