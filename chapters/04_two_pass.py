@@ -429,7 +429,8 @@ del pred, target
 #   partials are visible. The wait moves from the stream to the device. On older GPUs the
 #   launcher asks which architecture pass 2 was built for and launches pass 2 the ordinary way.
 #   Pass 2 is one block of 256 threads: with 1024 the calls took one or two tenths of a
-#   microsecond longer (fewer warps to start, and to wait for at the block's barriers). Why not
+#   microsecond longer (256 threads are fewer warps to start, and to wait for at the block's
+#   barriers). Why not
 #   version 3's single launch? Tried here, its last block saved what the second launch costs
 #   outside the kernels and lost as much inside them, in every block's fence and count; from
 #   $2^{22}$ elements on, where a thousand blocks and more count on one counter, it was slower

@@ -427,8 +427,8 @@ del x, t
 # The write-back costs every call the same few microseconds, whatever the call does, so
 # ratios between providers barely move; absolute bandwidths of calls that read about a
 # gigabyte rise by a few percent. Even cleared by a read, version 4's call stays just short of
-# its target (the MISS line above), by the call's fixed cost outside the row kernel, which
-# alone makes it (the lines above). In this run `torch.sum` over the same logits, one kernel
+# its target (the MISS line above), by the call's fixed cost outside the row kernel: the row
+# kernel alone makes the target (the lines above). In this run `torch.sum` over the same logits, one kernel
 # with no final sum of rows, lands a hair under the line too, level with version 4.
 # Nsight Compute says more about the kernels themselves.
 #
