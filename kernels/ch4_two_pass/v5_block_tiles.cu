@@ -50,6 +50,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <cooperative_groups.h>
+
+#include "compiled_arch.cuh"
 #include "cuda_utils.cuh"
 #include "dependent_launch.cuh"
 #include "loss_args.h"
@@ -72,8 +75,12 @@ constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements (2 lo
 constexpr int kSmallThreads = 512;         // the smallest: one block of 512 threads, ...
 constexpr int kSmallUnroll = 2;            // ... 2 loads per input per thread ...
 constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
+constexpr int kClusterBlocks = 8;          // above, to kClusterMax on Hopper: one cluster of
+constexpr int kClusterThreads = 1024;      // 8 blocks of 1024 threads, 2 or 4 loads per input
+constexpr int64_t kClusterMax = 1 << 17;   // per thread, reads everything in one round
 static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
-              kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
+              kSmallThreads * kSmallUnroll * 4 == kSmallMax &&
+              kClusterBlocks * kClusterThreads * 4 * 4 == kClusterMax, "one round reads it all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
 constexpr int64_t kStreamBelow = 1LL << 27; // ... and smaller than this
 // Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
@@ -201,9 +208,10 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
     if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
-// The mean of a one-block sum: n <= 2^14 is exact in float, so one float division rounds the
-// exact quotient once. (A float64 division, then a rounding to float, gives the same bits here:
-// the quotient of a float by n <= 2^14 is never within float64's rounding of a float midpoint.)
+// The mean of a one-round sum (one block or one cluster): n <= 2^17 is exact in float, so one
+// float division rounds the exact quotient once. (A float64 division, then a rounding to float,
+// gives the same bits here: the quotient of a float by n <= 2^17 is never within float64's
+// rounding of a float midpoint.)
 __device__ __forceinline__ float one_block_result(float sum, int64_t n) {
     return sum / static_cast<float>(n);
 }
@@ -216,28 +224,29 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
-// The same for 16-byte aligned inputs of 4 elements or more, as straight-line code: each thread
-// issues all its loads (up to kLoads per input) before any arithmetic, where a loop over the
-// vectors would wait for each load in turn (at 2^13 elements, two round trips to memory).
-// Loads past the end that read the last vector again, instead of the branches, were slower at
-// 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
-// go, as they do in torch.compile's program compiled for that one size (its bounds are
-// constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
-template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
-__global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
+// This thread's part of a 16-byte aligned input of 4 elements or more that kAll threads (one
+// block, or a cluster's blocks) read in one round, as straight-line code: thread g takes vectors
+// g, g + kAll, ... (up to kLoads per input) and issues all its loads before any arithmetic,
+// where a loop over the vectors would wait for each load in turn (at 2^13 elements, two round
+// trips to memory). Loads past the end that read the last vector again, instead of the branches,
+// were slower at 2^13. kFull: n is exactly kAll x kLoads vectors, so every load is in bounds and
+// the checks go, as they do in torch.compile's program compiled for that one size (its bounds
+// are constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
+template <class Loss, bool kBroadcast, int kAll, int kLoads, bool kFull, bool kPow2Period>
+__device__ __forceinline__ float one_round_sum(const ReductionArgs& a, int g) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred);
     const float4* target = reinterpret_cast<const float4*>(a.target);
     const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
     const int nvec = static_cast<int>(a.n / 4);
-    // Where the block's stride (4 x kBlock elements) is a multiple of a power-of-two period, all
+    // Where the threads' stride (4 x kAll elements) is a multiple of a power-of-two period, all
     // of a thread's loads meet the same target vector: it is read once, as Inductor's program
     // folds its loads' indices into one (Hinge 2^12-2^13: span -4 to -5%, PERFLOG, session 28).
-    const bool one_vector = kPow2Period && (4u * kBlock & (period - 1)) == 0;
+    const bool one_vector = kPow2Period && (4u * kAll & (period - 1)) == 0;
     float4 p[kLoads], t[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-        const int v = threadIdx.x + u * kBlock;
+        const int v = g + u * kAll;
         if (kFull || v < nvec) {
             p[u] = pred[v];
             if (!kBroadcast) t[u] = target[v];
@@ -248,13 +257,48 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     float acc = 0.0f;
 #pragma unroll
     for (int u = 0; u < kLoads; ++u)
-        if (kFull || threadIdx.x + u * kBlock < nvec)
+        if (kFull || g + u * kAll < nvec)
             acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
                    (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
-    const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
+    const int64_t i = 4 * static_cast<int64_t>(nvec) + g;  // the last 0-3 elements
     if (!kFull && i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
-    const float sum = block_sum<kBlock>(acc);
+    return acc;
+}
+
+// Small aligned inputs: one block reads everything in one round and writes the mean.
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
+__global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
+    const float sum = block_sum<kBlock>(
+        one_round_sum<Loss, kBroadcast, kBlock, kLoads, kFull, kPow2Period>(a, threadIdx.x));
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
+}
+
+// Mid-size aligned inputs on Hopper: one cluster of kClusterBlocks blocks reads everything in one
+// round, as one block of kClusterBlocks x 1024 threads would. Each block's sum goes into rank
+// 0's shared memory (distributed shared memory: cluster.map_shared_rank), and one cluster
+// barrier replaces pass 2: no partials in global memory, no second kernel, no counter. At 2^16
+// elements an H100 took 5.8 us a call where two passes took 6.9 and torch.compile 7.4 (Hinge
+// and MSE alike: bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have no
+// clusters, has an empty kernel, and the launcher keeps two passes there.
+template <class Loss, bool kBroadcast, int kLoads, bool kFull, bool kPow2Period>
+__global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    __shared__ float block_sums[kClusterBlocks];  // rank 0's is the one written
+    constexpr int kAll = kClusterBlocks * kClusterThreads;
+    const float sum = block_sum<kClusterThreads>(
+        one_round_sum<Loss, kBroadcast, kAll, kLoads, kFull, kPow2Period>(
+            a, static_cast<int>(rank) * kClusterThreads + threadIdx.x));
+    if (threadIdx.x == 0) *cluster.map_shared_rank(&block_sums[rank], 0) = sum;
+    cluster.sync();  // every block's sum is in rank 0's shared memory
+    if (rank == 0 && threadIdx.x == 0) {
+        float total = 0.0f;  // a fixed order: the sum's bits are fixed by the shape
+        for (int r = 0; r < kClusterBlocks; ++r) total += block_sums[r];
+        *a.out = one_block_result(total, a.n);
+    }
+#endif
 }
 
 // One block of kBlock threads for aligned inputs of up to kBlock x kLoads vectors: the copy
@@ -273,6 +317,48 @@ static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
         if ((a->target_len & (a->target_len - 1)) == 0)
             kernel = one_block_kernel<Loss, kBroadcast, kBlock, kLoads, true>(full);
     kernel<<<1, kBlock, 0, stream>>>(*a);
+}
+
+// Whether this build has the cluster kernels on the current device (asked once per device): a
+// build for GPUs before Hopper has empty ones (compiled_arch.cuh).
+static bool clusters_built() {
+    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device >= 64) return false;
+    if (cached[device] == 0)
+        cached[device] =
+            compiled_arch(cluster_mean_vec<MseLoss, false, 2, false, false>) >= 90 ? 2 : 1;
+    return cached[device] == 2;
+}
+
+template <class Loss, bool kBroadcast, int kLoads, bool kPow2Period>
+static auto cluster_kernel(bool full) {
+    return full ? cluster_mean_vec<Loss, kBroadcast, kLoads, true, kPow2Period>
+                : cluster_mean_vec<Loss, kBroadcast, kLoads, false, kPow2Period>;
+}
+
+// One cluster of kClusterBlocks blocks, kLoads loads per input per thread, for aligned inputs of
+// up to kClusterBlocks x kClusterThreads x kLoads vectors (copies as launch_one_block's).
+template <class Loss, bool kBroadcast, int kLoads>
+static cudaError_t launch_cluster(const ReductionArgs* a, cudaStream_t stream) {
+    const bool full = a->n == 4LL * kClusterBlocks * kClusterThreads * kLoads;
+    auto kernel = cluster_kernel<Loss, kBroadcast, kLoads, false>(full);
+    if constexpr (kBroadcast)
+        if ((a->target_len & (a->target_len - 1)) == 0)
+            kernel = cluster_kernel<Loss, kBroadcast, kLoads, true>(full);
+    cudaLaunchAttribute cluster_dim{};
+    cluster_dim.id = cudaLaunchAttributeClusterDimension;
+    cluster_dim.val.clusterDim.x = kClusterBlocks;
+    cluster_dim.val.clusterDim.y = 1;
+    cluster_dim.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kClusterBlocks);
+    config.blockDim = dim3(kClusterThreads);
+    config.stream = stream;
+    config.attrs = &cluster_dim;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, *a);
 }
 
 // Pass 1 in blocks of kBlock threads, with evict-first loads or plain ones.
@@ -300,6 +386,9 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
+    if (vector && a->n <= kClusterMax && clusters_built())
+        return a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 2>(a, stream)
+                                       : launch_cluster<Loss, kBroadcast, 4>(a, stream);
     // A broadcast target stays in the caches, so pass 1 streams one input, not two: a tile of
     // kMinTile elements streams half the bytes of a same-shape one. Where it reads evict-first,
     // it gets tiles twice as long (the same bytes per tile) in blocks half as wide, twice as
