@@ -75,12 +75,13 @@ constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements (2 lo
 constexpr int kSmallThreads = 512;         // the smallest: one block of 512 threads, ...
 constexpr int kSmallUnroll = 2;            // ... 2 loads per input per thread ...
 constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
-constexpr int kClusterBlocks = 8;          // above, to kClusterMax on Hopper: one cluster of
-constexpr int kClusterThreads = 1024;      // 8 blocks of 1024 threads, 2 or 4 loads per input
-constexpr int64_t kClusterMax = 1 << 17;   // per thread, reads everything in one round
+constexpr int kClusterThreads = 1024;      // above, on Hopper: one cluster of blocks of 1024
+constexpr int kMaxClusterBlocks = 16;      // threads reads everything in one round: 8 blocks
+constexpr int64_t kClusterMax = 1 << 18;   // with 2 or 4 loads per input per thread up to 2^17,
+                                           // 16 (a non-portable size) with 4 up to this
 static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
               kSmallThreads * kSmallUnroll * 4 == kSmallMax &&
-              kClusterBlocks * kClusterThreads * 4 * 4 == kClusterMax, "one round reads it all");
+              kMaxClusterBlocks * kClusterThreads * 4 * 4 == kClusterMax, "one round reads all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
 constexpr int64_t kStreamBelow = 1LL << 27; // ... and smaller than this
 // Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
@@ -273,29 +274,33 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
-// Mid-size aligned inputs on Hopper: one cluster of kClusterBlocks blocks reads everything in one
-// round, as one block of kClusterBlocks x 1024 threads would. Each block's sum goes into rank
+// Mid-size aligned inputs on Hopper: one cluster of kBlocks blocks reads everything in one
+// round, as one block of kBlocks x 1024 threads would. Each block's sum goes into rank
 // 0's shared memory (distributed shared memory: cluster.map_shared_rank), and one cluster
 // barrier replaces pass 2: no partials in global memory, no second kernel, no counter. At 2^16
 // elements an H100 took 5.8 us a call where two passes took 6.9 and torch.compile 7.4 (Hinge
 // and MSE alike: bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have no
 // clusters, has an empty kernel, and the launcher keeps two passes there.
-template <class Loss, bool kBroadcast, int kLoads, bool kFull, bool kPow2Period>
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
     const unsigned rank = cluster.block_rank();
-    __shared__ float block_sums[kClusterBlocks];  // rank 0's is the one written
-    constexpr int kAll = kClusterBlocks * kClusterThreads;
+    __shared__ float block_sums[kBlocks];  // rank 0's is the one written
+    // A block may write another's shared memory only once that block has started: this block
+    // says so now and waits for the others after its loads, when they have long started.
+    cluster.barrier_arrive();
+    constexpr int kAll = kBlocks * kClusterThreads;
     const float sum = block_sum<kClusterThreads>(
         one_round_sum<Loss, kBroadcast, kAll, kLoads, kFull, kPow2Period>(
             a, static_cast<int>(rank) * kClusterThreads + threadIdx.x));
+    cluster.barrier_wait();
     if (threadIdx.x == 0) *cluster.map_shared_rank(&block_sums[rank], 0) = sum;
     cluster.sync();  // every block's sum is in rank 0's shared memory
     if (rank == 0 && threadIdx.x == 0) {
         float total = 0.0f;  // a fixed order: the sum's bits are fixed by the shape
-        for (int r = 0; r < kClusterBlocks; ++r) total += block_sums[r];
+        for (int r = 0; r < kBlocks; ++r) total += block_sums[r];
         *a.out = one_block_result(total, a.n);
     }
 #endif
@@ -328,37 +333,58 @@ static bool clusters_built() {
     if (device >= 64) return false;
     if (cached[device] == 0)
         cached[device] =
-            compiled_arch(cluster_mean_vec<MseLoss, false, 2, false, false>) >= 90 ? 2 : 1;
+            compiled_arch(cluster_mean_vec<MseLoss, false, 8, 2, false, false>) >= 90 ? 2 : 1;
     return cached[device] == 2;
 }
 
-template <class Loss, bool kBroadcast, int kLoads, bool kPow2Period>
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kPow2Period>
 static auto cluster_kernel(bool full) {
-    return full ? cluster_mean_vec<Loss, kBroadcast, kLoads, true, kPow2Period>
-                : cluster_mean_vec<Loss, kBroadcast, kLoads, false, kPow2Period>;
+    return full ? cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, true, kPow2Period>
+                : cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, false, kPow2Period>;
 }
 
-// One cluster of kClusterBlocks blocks, kLoads loads per input per thread, for aligned inputs of
-// up to kClusterBlocks x kClusterThreads x kLoads vectors (copies as launch_one_block's).
-template <class Loss, bool kBroadcast, int kLoads>
-static cudaError_t launch_cluster(const ReductionArgs* a, cudaStream_t stream) {
-    const bool full = a->n == 4LL * kClusterBlocks * kClusterThreads * kLoads;
-    auto kernel = cluster_kernel<Loss, kBroadcast, kLoads, false>(full);
-    if constexpr (kBroadcast)
-        if ((a->target_len & (a->target_len - 1)) == 0)
-            kernel = cluster_kernel<Loss, kBroadcast, kLoads, true>(full);
+// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: past 8 blocks, a
+// non-portable size, only once the kernel allows it, and only where a GPC has the SMs.
+template <int kBlocks, class Kernel>
+static bool cluster_fits(Kernel kernel, cudaLaunchConfig_t config) {
+    int clusters = 0;
+    const cudaFuncAttribute past8 = cudaFuncAttributeNonPortableClusterSizeAllowed;
+    const bool fits =
+        (kBlocks <= 8 || cudaFuncSetAttribute(kernel, past8, 1) == cudaSuccess) &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (!fits) cudaGetLastError();  // the failed query's error is not the loss's
+    return fits;
+}
+
+// One cluster of kBlocks blocks, kLoads loads per input per thread, for aligned inputs of up to
+// kBlocks x kClusterThreads x kLoads vectors (copies as launch_one_block's). False, launching
+// nothing, where the cluster does not fit (asked once per device and kernel).
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads>
+static bool launch_cluster(const ReductionArgs* a, cudaStream_t stream) {
+    const bool full = a->n == 4LL * kBlocks * kClusterThreads * kLoads;
+    const bool pow2 = kBroadcast && (a->target_len & (a->target_len - 1)) == 0;
+    auto kernel = pow2 ? cluster_kernel<Loss, kBroadcast, kBlocks, kLoads, kBroadcast>(full)
+                       : cluster_kernel<Loss, kBroadcast, kBlocks, kLoads, false>(full);
     cudaLaunchAttribute cluster_dim{};
     cluster_dim.id = cudaLaunchAttributeClusterDimension;
-    cluster_dim.val.clusterDim.x = kClusterBlocks;
+    cluster_dim.val.clusterDim.x = kBlocks;
     cluster_dim.val.clusterDim.y = 1;
     cluster_dim.val.clusterDim.z = 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(kClusterBlocks);
+    config.gridDim = dim3(kBlocks);
     config.blockDim = dim3(kClusterThreads);
     config.stream = stream;
     config.attrs = &cluster_dim;
     config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, *a);
+    static int fits[64][4] = {};  // per device and copy: 0 not asked yet, 1 no, 2 yes
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device >= 64) return false;
+    int& known = fits[device][2 * full + pow2];
+    if (known == 0) known = cluster_fits<kBlocks>(kernel, config) ? 2 : 1;
+    if (known == 1) return false;
+    cudaLaunchKernelEx(&config, kernel, *a);
+    return true;
 }
 
 // Pass 1 in blocks of kBlock threads, with evict-first loads or plain ones.
@@ -386,9 +412,13 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
-    if (vector && a->n <= kClusterMax && clusters_built())
-        return a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 2>(a, stream)
-                                       : launch_cluster<Loss, kBroadcast, 4>(a, stream);
+    if (vector && a->n <= kClusterMax && clusters_built()) {
+        const bool launched =
+            a->n <= kClusterMax / 4   ? launch_cluster<Loss, kBroadcast, 8, 2>(a, stream)
+            : a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 8, 4>(a, stream)
+                                      : launch_cluster<Loss, kBroadcast, 16, 4>(a, stream);
+        if (launched) return cudaGetLastError();
+    }
     // A broadcast target stays in the caches, so pass 1 streams one input, not two: a tile of
     // kMinTile elements streams half the bytes of a same-shape one. Where it reads evict-first,
     // it gets tiles twice as long (the same bytes per tile) in blocks half as wide, twice as
