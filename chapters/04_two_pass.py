@@ -416,10 +416,27 @@ del pred, target
 # indices into one the same way). After the ratio tables below, the chapter times version 5
 # beside a `torch.compile` built for every size, which has no constants to fold.
 #
-# Three more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
+# Four more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
 # microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
 # `torch.compile`:
 #
+# - **Up to $2^{18}$ elements, one cluster instead of two passes.** Hopper groups blocks into
+#   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable
+#   size) that run at the same time on neighbouring SMs and can write each other's shared
+#   memory (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single
+#   cluster of 8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input
+#   in one round, each thread issuing its two or four loads per input before any arithmetic, as
+#   the single block does. Each block adds its part, its thread 0 writes the block's sum into
+#   block 0's shared memory (`cluster.map_shared_rank`), and one cluster barrier
+#   (`cluster.sync()`) takes the place of pass 2: no partials in global memory, no second
+#   kernel, no counter. A block may write another block's shared memory only once that block
+#   has started, so each block arrives on the cluster's barrier as it starts and waits on it
+#   after its loads, by which time every block has long started. The first cluster kernel
+#   wrote without that wait, and `compute-sanitizer --tool racecheck` flagged it. Before
+#   Hopper, which has no clusters, the launcher keeps two passes. Against the previous version
+#   5, in `tools/ab_kernel.py`'s turns, the cluster took a tenth or more off a call at $2^{15}$
+#   to $2^{17}$ elements; at $2^{18}$ the 16-block cluster helped Hinge and cost MSE a few
+#   percent against two passes (`bench/PERFLOG.md`, session 31).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued
@@ -511,7 +528,8 @@ print(f"{len(measured)} measurements saved")
 
 # %% [markdown]
 # Which of version 2 (two launches, warp tiles), version 3 (one launch, a counter) and version 5
-# (two launches, block tiles) is fastest, size by size, read from the measurements:
+# (block tiles; one launch of a cluster up to $2^{18}$ elements, two launches above) is fastest,
+# size by size, read from the measurements:
 
 # %% tags=["nbval-ignore-output"]
 rows = ch.rows()
@@ -560,10 +578,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind the first costs little
 # GPU time, and version 3's timed entry points put a memset on the stream before their kernel
 # anyway. What made the difference is the shape of the work: version 5, with Inductor's grid,
-# a single block for small inputs, a second pass that starts early and evict-first loads at the
-# middle sizes, is the fastest of the three at all or nearly all sizes for all three losses (the
-# count above), so it is the chapter's final kernel. The plots and the choice come from the same
-# CSV, `book/results/ch4.csv`.
+# a single block for small inputs, a cluster, a second pass that starts early and evict-first
+# loads at the middle sizes, is the fastest of the three at all or nearly all sizes for all
+# three losses (the count above), so it is the chapter's final kernel. The plots and the
+# choice come from the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
 # `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s):
@@ -587,13 +605,18 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # tables time the same calls from the start of their first kernel to the end of their last
 # (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
-# Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
-# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is level with
-# `torch.compile` by events from $2^{16}$ to $2^{22}$, within a few percent either way, and
-# furthest behind at $2^{16}$ in the last two tables, while its kernels' spans are level with
-# Inductor's or ahead. What Hinge still loses is outside the kernels. The last lines under
-# the tables print what each call's events hold besides its kernels. From $2^{16}$ up, where
-# pass 2 runs, version 5's calls hold a fraction of a microsecond more than
+# Read together, the tables now tell one story. One thing first: `bench/v5_ablation.py`'s
+# published run (the first two pairs of tables and the lines under them) predates the
+# cluster, so its version 5 still runs two passes at $2^{16}$ and $2^{18}$ elements; the last
+# two sets of tables, the chapter's sweep and `bench/reduction_targets.py`'s run, time the
+# cluster. MSE and Smooth L1 are ahead from $2^{14}$ to $2^{26}$ elements, by events and, for
+# MSE, by the kernels' spans too. In the ablation's run Hinge is level with `torch.compile` by
+# events from $2^{16}$ to $2^{22}$, within a few percent either way, while its kernels' spans
+# are level with Inductor's or ahead: what Hinge lost was outside the kernels. With the
+# cluster, the last two sets of tables have Hinge ahead at $2^{16}$ and $2^{18}$, and level
+# from $2^{20}$ to $2^{24}$, a percent either way. The last lines under the ablation's tables
+# print what each call's events hold besides its kernels. From $2^{16}$ up, where pass 2 runs
+# in that run, version 5's calls hold a fraction of a microsecond more than
 # `torch.compile`'s, and the build with an ordinary launch of pass 2 about as much as
 # `torch.compile`'s: the dependent launch costs that outside the kernels. It saves more inside
 # them (the ordinary launch is slower at every size from $2^{16}$ to $2^{22}$, by both timings
@@ -608,8 +631,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # timed the host. The lead is now longer, and longer still before a call whose host work
 # needs it ({doc}`../book/timing`). `bench/reduction_targets.py` times each size three times
 # by events and keeps the median; its published run, the last tables below, agrees with the
-# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, and Hinge level
-# at the middle sizes but for $2^{16}$, a little behind. Beside its targets it prints the
+# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, ahead of
+# `torch.compile` at $2^{16}$ and $2^{18}$ for all three losses, and Hinge level, within a
+# percent or so, from $2^{20}$ to $2^{24}$. Beside its targets it prints the
 # kernels' spans up to $2^{24}$ elements, without a target.
 
 # %% tags=["nbval-ignore-output"]

@@ -318,8 +318,8 @@ Markdown("\n".join(lines))
 # The bound columns come from the copy bandwidth: a time in the first table, the bandwidth
 # itself in the second. The forward rows only read, so
 # their bound is the read bandwidth printed at the top of the chapter, a little higher: that
-# is why version 3 and version 4 measure above the column at 65536 and 131072
-# classes, at the read bandwidth within the timing's noise. The chapter's targets, checked on
+# is why version 4 measures above the column at every row length, and version 3 at 65536 and
+# 131072 classes, at the read bandwidth within the timing's noise. The chapter's targets, checked on
 # these numbers below, as ratios to this GPU's own measured bandwidth (each PASS or MISS line
 # names its threshold): forward+backward within 1.15x of the bound in each dtype, and the bf16
 # forward at 97% of the read bandwidth or more, taking for the forward whichever path version 4
@@ -360,9 +360,9 @@ for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
 # Version 4 is the fastest of the cross-entropies measured here for forward+backward (Liger-Kernel
 # has a column only where it is installed). Whether it makes each target is printed above: the
 # forward+backward steps end within a few percent of the 1.15x line in both dtypes, close
-# enough that one run can fall on either side of it (in this run both land inside). Of the
-# forward rows, the bfloat16 forward at 32768 x 16384 is the one that misses its target: a
-# target the course has not met yet. Where does that call's time go? PyTorch's profiler lists
+# enough that one run can fall on either side of it (in this run both land inside). All three
+# forward rows make their target in this run, the bfloat16 forward at 32768 x 16384 by the
+# smallest margin (earlier runs missed it). Where does that call's time go? PyTorch's profiler lists
 # the kernels of one call and their times on the GPU:
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -384,19 +384,19 @@ del x, t
 
 # %% [markdown]
 # The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
-# above the forward's target; the call misses the target by what it adds outside that kernel
-# (the last line above). That does not grow with the rows' length: the final kernels that add
-# the rows' losses in a fixed order (`sum_chunks` over chunks of 4096 rows, then `finish`),
-# and the idle time around them. They are programmatic dependent launches, as chapter 4's
-# pass 2: each starts while the kernel before it runs and waits for it on the device, so its
-# time in the profiler includes that wait. Two changes already took part of this cost off: no
-# memset of the bad-target flag before the rows, and the final sum over many blocks instead of
-# one beyond 16384 rows (version 3's header says how; `bench/PERFLOG.md`, session 23, has the
-# measurements). The row kernel itself was also written as a warp per row streaming its row
-# through registers instead of shared memory, for the forward alone: the same kernel time
-# (`bench/PERFLOG.md`). Removing the final launch, by letting the last block to finish add the
-# losses, was measured for version 3 (its header) and was slower: every block then pays a
-# fence and an atomic.
+# well above the forward's target; the call loses part of that margin to what it adds outside
+# the kernel (the last line above), and in this run still makes the target. What it adds does
+# not grow with the rows' length: the final kernels that add the rows' losses in a fixed order
+# (`sum_chunks` over chunks of 4096 rows, then `finish`), and the idle time around them. They
+# are programmatic dependent launches, as chapter 4's pass 2: each starts while the kernel
+# before it runs and waits for it on the device, so its time in the profiler includes that wait.
+# Two changes already took part of this cost off: no memset of the bad-target flag before the
+# rows, and the final sum over many blocks instead of one beyond 16384 rows (version 3's header
+# says how; `bench/PERFLOG.md`, session 23, has the measurements). The row kernel itself was
+# also written as a warp per row streaming its row through registers instead of shared memory,
+# for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final launch,
+# by letting the last block to finish add the losses, was measured for version 3 (its header)
+# and was slower: every block then pays a fence and an atomic.
 #
 # Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
 # L2 ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
@@ -426,10 +426,11 @@ del x, t
 # %% [markdown]
 # The write-back costs every call the same few microseconds, whatever the call does, so
 # ratios between providers barely move; absolute bandwidths of calls that read about a
-# gigabyte rise by a few percent. Even cleared by a read, version 4's call stays just short of
-# its target (the MISS line above), by the call's fixed cost outside the row kernel: the row
-# kernel alone makes the target (the lines above). In this run `torch.sum` over the same logits, one kernel
-# with no final sum of rows, lands a hair under the line too, level with version 4.
+# gigabyte rise by a few percent. Cleared by a read, version 4's call makes its target in this
+# run (the forward's PASS line further up), by less than the call's fixed cost outside the row
+# kernel, so a run can fall on either side of the line; the row kernel alone makes it with room
+# to spare (the lines above). In this run `torch.sum` over the same logits, one kernel with no
+# final sum of rows, lands a hair under the line, a little behind version 4's call.
 # Nsight Compute says more about the kernels themselves.
 #
 # ## What Nsight Compute shows
@@ -621,10 +622,9 @@ for tokens, _, _ in HEAD_SHAPES:
 # The fused head keeps its promise on memory: under a quarter of a GiB where `torch.compile`
 # needs about two to five and eager about five to thirteen. Liger-Kernel's and Cut
 # Cross-Entropy's fused heads need even less memory; they have rows only where they are
-# installed, and this run had neither (`bench/PERFLOG.md` keeps their times from earlier runs
-# on this GPU, where both took much longer than ours). Ours is faster than eager PyTorch at
-# both sizes, and nearly level with `torch.compile`: slower by under a percent in this run (the
-# MISS lines above).
+# installed, and in this run both take much longer than ours at both sizes. Ours is faster
+# than eager PyTorch at both sizes, and a little slower than `torch.compile`: by under a
+# percent at T=8192 and by a few percent at T=16384 in this run (the MISS lines above).
 #
 # Where that time goes, from a profile of one step of each (`bench/lm_head_profile.py`, its
 # numbers in `bench/PERFLOG.md`): the products that make the logits and the hidden states'

@@ -77,3 +77,14 @@ def test_a_summary_split_over_calls_adds_up(tmp_path):
     rows = list(csv.DictReader(open(path)))
     assert [(r["notebook"], r["outcome"]) for r in rows] == [("a", "ok"), ("b", "FAILED: x"),
                                                              ("c", "ok")]
+
+
+@pytest.mark.timeout(300)
+def test_slow_cells_are_named_as_they_finish(tmp_path, monkeypatch, capsys):
+    """A notebook that outgrows a device call's limit shows which cells grew."""
+    monkeypatch.setattr(execute_tool, "SLOW_CELL_S", 0.5)
+    path = notebook(tmp_path / "nb.ipynb", "x = 1", "import time\ntime.sleep(1)")
+    execute_tool.execute(path, timeout=120)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [next(line for line in lines if "cell 1:" in line)]  # only the slow one
+    assert "nb.ipynb cell 1: 1 s  import time" in lines[0]

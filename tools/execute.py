@@ -83,7 +83,8 @@ def execute(path: Path, timeout: int, out: Path | None = None,
             os.environ["IPYTHONDIR"] = str(Path(scratch) / "ipython")
         started = time.perf_counter()
         client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent)}})
+                                resources={"metadata": {"path": str(path.parent)}},
+                                **progress_hooks(path))
         try:
             client.execute()
         except Exception:
@@ -104,6 +105,26 @@ def execute(path: Path, timeout: int, out: Path | None = None,
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
     return seconds
+
+
+SLOW_CELL_S = 10
+
+
+def progress_hooks(path: Path) -> dict:
+    """nbclient hooks that print each cell slower than SLOW_CELL_S seconds as it finishes: a
+    notebook that outgrows a device call's time limit then shows which cells grew."""
+    started = {}
+
+    def start(cell, cell_index):
+        started[cell_index] = time.perf_counter()
+
+    def executed(cell, cell_index, execute_reply):
+        seconds = time.perf_counter() - started.pop(cell_index, time.perf_counter())
+        if seconds > SLOW_CELL_S:
+            first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
+            print(f"  {path.name} cell {cell_index}: {seconds:.0f} s  {first}", flush=True)
+
+    return {"on_cell_start": start, "on_cell_executed": executed}
 
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")

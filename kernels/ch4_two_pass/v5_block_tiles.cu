@@ -50,6 +50,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <cooperative_groups.h>
+
+#include "compiled_arch.cuh"
 #include "cuda_utils.cuh"
 #include "dependent_launch.cuh"
 #include "loss_args.h"
@@ -72,8 +75,13 @@ constexpr int64_t kOneBlockMax = 1 << 14;  // ... up to this many elements (2 lo
 constexpr int kSmallThreads = 512;         // the smallest: one block of 512 threads, ...
 constexpr int kSmallUnroll = 2;            // ... 2 loads per input per thread ...
 constexpr int64_t kSmallMax = 1 << 12;     // ... up to this many elements
+constexpr int kClusterThreads = 1024;      // above, on Hopper: one cluster of blocks of 1024
+constexpr int kMaxClusterBlocks = 16;      // threads reads everything in one round: 8 blocks
+constexpr int64_t kClusterMax = 1 << 18;   // with 2 or 4 loads per input per thread up to 2^17,
+                                           // 16 (a non-portable size) with 4 up to this
 static_assert(kOneBlockThreads * kOneBlockUnroll * 4 == kOneBlockMax &&
-              kSmallThreads * kSmallUnroll * 4 == kSmallMax, "each single block reads it all");
+              kSmallThreads * kSmallUnroll * 4 == kSmallMax &&
+              kMaxClusterBlocks * kClusterThreads * 4 * 4 == kClusterMax, "one round reads all");
 constexpr int64_t kStreamFrom = 1LL << 21;  // evict-first loads for inputs this large ...
 constexpr int64_t kStreamBelow = 1LL << 27; // ... and smaller than this
 // Pass 1 asks for registers that let 1536 of its threads share an SM (40 per thread: 3 blocks
@@ -201,9 +209,10 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
     if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
-// The mean of a one-block sum: n <= 2^14 is exact in float, so one float division rounds the
-// exact quotient once. (A float64 division, then a rounding to float, gives the same bits here:
-// the quotient of a float by n <= 2^14 is never within float64's rounding of a float midpoint.)
+// The mean of a one-round sum (one block or one cluster): n <= 2^17 is exact in float, so one
+// float division rounds the exact quotient once. (A float64 division, then a rounding to float,
+// gives the same bits here: the quotient of a float by n <= 2^17 is never within float64's
+// rounding of a float midpoint.)
 __device__ __forceinline__ float one_block_result(float sum, int64_t n) {
     return sum / static_cast<float>(n);
 }
@@ -216,28 +225,29 @@ __global__ void __launch_bounds__(kOneBlockThreads) one_block_mean(ReductionArgs
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
 }
 
-// The same for 16-byte aligned inputs of 4 elements or more, as straight-line code: each thread
-// issues all its loads (up to kLoads per input) before any arithmetic, where a loop over the
-// vectors would wait for each load in turn (at 2^13 elements, two round trips to memory).
-// Loads past the end that read the last vector again, instead of the branches, were slower at
-// 2^13. kFull: n is exactly kBlock x kLoads vectors, so every load is in bounds and the checks
-// go, as they do in torch.compile's program compiled for that one size (its bounds are
-// constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
-template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
-__global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
+// This thread's part of a 16-byte aligned input of 4 elements or more that kAll threads (one
+// block, or a cluster's blocks) read in one round, as straight-line code: thread g takes vectors
+// g, g + kAll, ... (up to kLoads per input) and issues all its loads before any arithmetic,
+// where a loop over the vectors would wait for each load in turn (at 2^13 elements, two round
+// trips to memory). Loads past the end that read the last vector again, instead of the branches,
+// were slower at 2^13. kFull: n is exactly kAll x kLoads vectors, so every load is in bounds and
+// the checks go, as they do in torch.compile's program compiled for that one size (its bounds
+// are constants): at 2^12 elements the checks cost 2-3% (bench/one_block_probe.py).
+template <class Loss, bool kBroadcast, int kAll, int kLoads, bool kFull, bool kPow2Period>
+__device__ __forceinline__ float one_round_sum(const ReductionArgs& a, int g) {
     const Loss loss;
     const float4* pred = reinterpret_cast<const float4*>(a.pred);
     const float4* target = reinterpret_cast<const float4*>(a.target);
     const uint32_t period = static_cast<uint32_t>(a.target_len);  // a broadcast target's length
     const int nvec = static_cast<int>(a.n / 4);
-    // Where the block's stride (4 x kBlock elements) is a multiple of a power-of-two period, all
+    // Where the threads' stride (4 x kAll elements) is a multiple of a power-of-two period, all
     // of a thread's loads meet the same target vector: it is read once, as Inductor's program
     // folds its loads' indices into one (Hinge 2^12-2^13: span -4 to -5%, PERFLOG, session 28).
-    const bool one_vector = kPow2Period && (4u * kBlock & (period - 1)) == 0;
+    const bool one_vector = kPow2Period && (4u * kAll & (period - 1)) == 0;
     float4 p[kLoads], t[kLoads];
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
-        const int v = threadIdx.x + u * kBlock;
+        const int v = g + u * kAll;
         if (kFull || v < nvec) {
             p[u] = pred[v];
             if (!kBroadcast) t[u] = target[v];
@@ -248,13 +258,52 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
     float acc = 0.0f;
 #pragma unroll
     for (int u = 0; u < kLoads; ++u)
-        if (kFull || threadIdx.x + u * kBlock < nvec)
+        if (kFull || g + u * kAll < nvec)
             acc += (loss(p[u].x, t[u].x) + loss(p[u].y, t[u].y)) +
                    (loss(p[u].z, t[u].z) + loss(p[u].w, t[u].w));
-    const int64_t i = 4 * static_cast<int64_t>(nvec) + threadIdx.x;  // the last 0-3 elements
+    const int64_t i = 4 * static_cast<int64_t>(nvec) + g;  // the last 0-3 elements
     if (!kFull && i < a.n) acc += loss(a.pred[i], a.target[kBroadcast ? i % a.target_len : i]);
-    const float sum = block_sum<kBlock>(acc);
+    return acc;
+}
+
+// Small aligned inputs: one block reads everything in one round and writes the mean.
+template <class Loss, bool kBroadcast, int kBlock, int kLoads, bool kFull, bool kPow2Period>
+__global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
+    const float sum = block_sum<kBlock>(
+        one_round_sum<Loss, kBroadcast, kBlock, kLoads, kFull, kPow2Period>(a, threadIdx.x));
     if (threadIdx.x == 0) *a.out = one_block_result(sum, a.n);
+}
+
+// Mid-size aligned inputs on Hopper: one cluster of kBlocks blocks reads everything in one
+// round, as one block of kBlocks x 1024 threads would. Each block's sum goes into rank
+// 0's shared memory (distributed shared memory: cluster.map_shared_rank), and one cluster
+// barrier replaces pass 2: no partials in global memory, no second kernel, no counter. At 2^16
+// elements an H100 took 5.8 us a call where two passes took 6.9 and torch.compile 7.4 (Hinge
+// and MSE alike: bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have no
+// clusters, has an empty kernel, and the launcher keeps two passes there.
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kFull, bool kPow2Period>
+__global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const unsigned rank = cluster.block_rank();
+    __shared__ float block_sums[kBlocks];  // rank 0's is the one written
+    // A block may write another's shared memory only once that block has started: this block
+    // says so now and waits for the others after its loads, when they have long started.
+    cluster.barrier_arrive();
+    constexpr int kAll = kBlocks * kClusterThreads;
+    const float sum = block_sum<kClusterThreads>(
+        one_round_sum<Loss, kBroadcast, kAll, kLoads, kFull, kPow2Period>(
+            a, static_cast<int>(rank) * kClusterThreads + threadIdx.x));
+    cluster.barrier_wait();
+    if (threadIdx.x == 0) *cluster.map_shared_rank(&block_sums[rank], 0) = sum;
+    cluster.sync();  // every block's sum is in rank 0's shared memory
+    if (rank == 0 && threadIdx.x == 0) {
+        float total = 0.0f;  // a fixed order: the sum's bits are fixed by the shape
+        for (int r = 0; r < kBlocks; ++r) total += block_sums[r];
+        *a.out = one_block_result(total, a.n);
+    }
+#endif
 }
 
 // One block of kBlock threads for aligned inputs of up to kBlock x kLoads vectors: the copy
@@ -273,6 +322,69 @@ static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
         if ((a->target_len & (a->target_len - 1)) == 0)
             kernel = one_block_kernel<Loss, kBroadcast, kBlock, kLoads, true>(full);
     kernel<<<1, kBlock, 0, stream>>>(*a);
+}
+
+// Whether this build has the cluster kernels on the current device (asked once per device): a
+// build for GPUs before Hopper has empty ones (compiled_arch.cuh).
+static bool clusters_built() {
+    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device >= 64) return false;
+    if (cached[device] == 0)
+        cached[device] =
+            compiled_arch(cluster_mean_vec<MseLoss, false, 8, 2, false, false>) >= 90 ? 2 : 1;
+    return cached[device] == 2;
+}
+
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kPow2Period>
+static auto cluster_kernel(bool full) {
+    return full ? cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, true, kPow2Period>
+                : cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, false, kPow2Period>;
+}
+
+// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: past 8 blocks, a
+// non-portable size, only once the kernel allows it, and only where a GPC has the SMs.
+template <int kBlocks, class Kernel>
+static bool cluster_fits(Kernel kernel, cudaLaunchConfig_t config) {
+    int clusters = 0;
+    const cudaFuncAttribute past8 = cudaFuncAttributeNonPortableClusterSizeAllowed;
+    const bool fits =
+        (kBlocks <= 8 || cudaFuncSetAttribute(kernel, past8, 1) == cudaSuccess) &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+    if (!fits) cudaGetLastError();  // the failed query's error is not the loss's
+    return fits;
+}
+
+// One cluster of kBlocks blocks, kLoads loads per input per thread, for aligned inputs of up to
+// kBlocks x kClusterThreads x kLoads vectors (copies as launch_one_block's). False, launching
+// nothing, where the cluster does not fit (asked once per device and kernel).
+template <class Loss, bool kBroadcast, int kBlocks, int kLoads>
+static bool launch_cluster(const ReductionArgs* a, cudaStream_t stream) {
+    const bool full = a->n == 4LL * kBlocks * kClusterThreads * kLoads;
+    const bool pow2 = kBroadcast && (a->target_len & (a->target_len - 1)) == 0;
+    auto kernel = pow2 ? cluster_kernel<Loss, kBroadcast, kBlocks, kLoads, kBroadcast>(full)
+                       : cluster_kernel<Loss, kBroadcast, kBlocks, kLoads, false>(full);
+    cudaLaunchAttribute cluster_dim{};
+    cluster_dim.id = cudaLaunchAttributeClusterDimension;
+    cluster_dim.val.clusterDim.x = kBlocks;
+    cluster_dim.val.clusterDim.y = 1;
+    cluster_dim.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(kBlocks);
+    config.blockDim = dim3(kClusterThreads);
+    config.stream = stream;
+    config.attrs = &cluster_dim;
+    config.numAttrs = 1;
+    static int fits[64][4] = {};  // per device and copy: 0 not asked yet, 1 no, 2 yes
+    int device = 0;
+    cudaGetDevice(&device);
+    if (device >= 64) return false;
+    int& known = fits[device][2 * full + pow2];
+    if (known == 0) known = cluster_fits<kBlocks>(kernel, config) ? 2 : 1;
+    if (known == 1) return false;
+    cudaLaunchKernelEx(&config, kernel, *a);
+    return true;
 }
 
 // Pass 1 in blocks of kBlock threads, with evict-first loads or plain ones.
@@ -299,6 +411,13 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
         else
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
+    }
+    if (vector && a->n <= kClusterMax && clusters_built()) {
+        const bool launched =
+            a->n <= kClusterMax / 4   ? launch_cluster<Loss, kBroadcast, 8, 2>(a, stream)
+            : a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 8, 4>(a, stream)
+                                      : launch_cluster<Loss, kBroadcast, 16, 4>(a, stream);
+        if (launched) return cudaGetLastError();
     }
     // A broadcast target stays in the caches, so pass 1 streams one input, not two: a tile of
     // kMinTile elements streams half the bytes of a same-shape one. Where it reads evict-first,

@@ -287,13 +287,16 @@ def test_unaligned_views(path, op, offsets):
 
 @final
 @pytest.mark.parametrize(
-    "n", [4, 5, 100, 2048, 4095, 4096, 4100, 8188, 8192, 8196, 16380, 16384, 16388])
+    "n", [4, 5, 100, 2048, 4095, 4096, 4100, 8188, 8192, 8196, 16380, 16384, 16388, 32768,
+          65532, 65536, 65540, 131068, 131072, 131076, 262140, 262144, 262148])
 def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
-    """Version 5's single block changes shape above 2^12 and 2^13 elements and gives way to two
-    passes above 2^14, and each shape skips the vectors past the end and adds the last 0-3
-    elements one by one, or, where the input fills every load (4096, 8192 and 16384), runs a
-    copy without bounds checks. A broadcast target is a row of 4 (vector loads) or, for sizes
-    not a multiple of 4, the whole row."""
+    """Version 5's single block changes shape above 2^12 and 2^13 elements and gives way, above
+    2^14, to one cluster (on Hopper: 8 blocks with 2 loads per input per thread up to 2^16, 4 up
+    to 2^17, 16 blocks up to 2^18; two passes before Hopper) and above 2^18 to two passes. Each
+    shape skips the vectors past the end and adds the last 0-3 elements one by one, or, where
+    the input fills every load (4096, 8192, 16384, 65536, 131072 and 262144), runs a copy
+    without bounds checks. A broadcast target is a
+    row of 4 (vector loads) or, for sizes not a multiple of 4, the whole row."""
     loss = loss_or_skip(op)
     fn = built_op(path, op)
     shape = ((n // 4, 4) if n % 4 == 0 else (1, n)) if broadcasts(loss) else (n,)
@@ -303,12 +306,16 @@ def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
 
 @final
 @pytest.mark.parametrize("shape", [(64, 64), (51, 80), (128, 64), (102, 80), (2, 2048),
-                                   (1365, 12), (3, 4096), (16, 1024), (2, 8192)])
+                                   (1365, 12), (3, 4096), (16, 1024), (2, 8192), (512, 64),
+                                   (257, 128), (64, 1024), (1000, 124), (32, 4096), (2, 65536),
+                                   (64, 4096), (3000, 84), (2, 131072)])
 def test_broadcast_rows_of_every_length_in_the_single_block(path, op, shape):
-    """Version 5's single block finds a broadcast row's vector by a mask where the row's length
-    is a power of two, and by a division otherwise: rows of both kinds, in each block shape. A
-    power-of-two row that divides the block's stride is read once per thread; (2, 8192) is the
-    one that does not (8192 > 4 x 1024), so each of its loads masks its own index."""
+    """Version 5's single block and its cluster (above 2^14 elements) find a broadcast row's
+    vector by a mask where the row's length is a power of two, and by a division otherwise:
+    rows of both kinds, in each shape. A power-of-two row that divides the threads' stride is
+    read once per thread; (2, 8192), (2, 65536) and (2, 131072) are the ones that do not (8192 >
+    4 x 1024, 65536 > 4 x 8 x 1024, 131072 > 4 x 16 x 1024), so each of their loads masks its
+    own index."""
     loss = loss_or_skip(op)
     if not broadcasts(loss):
         pytest.skip(f"{loss}: the target has the prediction's shape")
