@@ -434,9 +434,12 @@ del pred, target
 #   after its loads, by which time every block has long started. The first cluster kernel
 #   wrote without that wait, and `compute-sanitizer --tool racecheck` flagged it. Before
 #   Hopper, which has no clusters, the launcher keeps two passes. Against the previous version
-#   5, in `tools/ab_kernel.py`'s turns, the cluster took a tenth or more off a call at $2^{15}$
-#   to $2^{17}$ elements; at $2^{18}$ the 16-block cluster helped Hinge and cost MSE a few
-#   percent against two passes (`bench/PERFLOG.md`, session 31).
+#   5, in `tools/ab_kernel.py`'s turns, the cluster took about a tenth off Hinge's calls at
+#   $2^{15}$ and $2^{16}$ elements and less at $2^{17}$ and $2^{18}$. MSE's calls, whose two
+#   passes were already well ahead of `torch.compile`, gained several percent at $2^{16}$ and
+#   lost a little at $2^{17}$ and more at $2^{18}$. Of each call, about half a microsecond is
+#   the barrier's arrival at the start, which also orders memory (`bench/PERFLOG.md`, session
+#   31, times an arrival that does not).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued

@@ -304,6 +304,39 @@ def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
     assert_close_to_float64(fn(pred, target), loss, pred, target)
 
 
+def kernels_launched(fn, *args) -> list[str]:
+    """The names of the CUDA kernels one call of fn launches, in order (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)  # built and warm
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
+                    reason="thread-block clusters need Hopper (compute capability 9.0)")
+@pytest.mark.parametrize("loss, shape", [("mse", (1 << 16,)), ("hinge", (256, 256)),
+                                         ("smooth_l1", ((1 << 18) - 4,))])
+def test_a_cluster_on_hopper_and_two_passes_in_a_build_for_older_gpus(loss, shape):
+    """Version 5 at mid sizes: a build for the Hopper present launches one kernel, the cluster;
+    a build of compute_75 PTX (what a T4 runs, here compiled by the driver for the H100) has no
+    clusters and must launch pass 1 and pass 2. Both give the float64 result."""
+    from kernels import load
+
+    pred, target = inputs(loss, shape)
+    for archs, wanted in ((None, ["cluster_mean_vec"]),
+                          (("7.5+PTX",), ["tile_partials", "finish_mean"])):
+        fn = getattr(load("ch4_two_pass/v5_block_tiles.cu", archs=archs), loss)
+        names = kernels_launched(fn, pred, target)
+        assert len(names) == len(wanted), (archs, names)
+        assert all(w in name for w, name in zip(wanted, names)), (archs, names)
+        assert_close_to_float64(fn(pred, target), loss, pred, target)
+
+
 @final
 @pytest.mark.parametrize("shape", [(64, 64), (51, 80), (128, 64), (102, 80), (2, 2048),
                                    (1365, 12), (3, 4096), (16, 1024), (2, 8192), (512, 64),
