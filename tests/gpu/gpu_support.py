@@ -69,6 +69,19 @@ def case_id(case) -> str:
 _record_lock = threading.Lock()
 
 
+def kernel_names(run) -> list[str]:
+    """The names of the CUDA kernels that run() launches, in the order they started
+    (torch.profiler's records)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def _gpu_name() -> str:
     import torch
 

@@ -14,8 +14,8 @@ import math
 import pytest
 import torch
 
-from gpu_support import (ELEMENT_WISE_CHAPTERS, case_id, element_wise_cases, loss_of, record,
-                         version)
+from gpu_support import (ELEMENT_WISE_CHAPTERS, case_id, element_wise_cases, kernel_names,
+                         loss_of, record, version)
 
 pytestmark = pytest.mark.gpu
 
@@ -295,26 +295,13 @@ def test_sizes_on_either_side_of_the_single_block_limits(path, op, n):
     to 2^17, 16 blocks up to 2^18; two passes before Hopper) and above 2^18 to two passes. Each
     shape skips the vectors past the end and adds the last 0-3 elements one by one, or, where
     the input fills every load (4096, 8192, 16384, 65536, 131072 and 262144), runs a copy
-    without bounds checks. A broadcast target is a
-    row of 4 (vector loads) or, for sizes not a multiple of 4, the whole row."""
+    without bounds checks. A broadcast target is a row of 4 (vector loads) or, for sizes not a
+    multiple of 4, the whole row."""
     loss = loss_or_skip(op)
     fn = built_op(path, op)
     shape = ((n // 4, 4) if n % 4 == 0 else (1, n)) if broadcasts(loss) else (n,)
     pred, target = inputs(loss, shape)
     assert_close_to_float64(fn(pred, target), loss, pred, target)
-
-
-def kernels_launched(fn, *args) -> list[str]:
-    """The names of the CUDA kernels one call of fn launches, in order (torch.profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn(*args)  # built and warm
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(*args)
-        torch.cuda.synchronize()
-    return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start)
-            if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] < 9,
@@ -331,7 +318,8 @@ def test_a_cluster_on_hopper_and_two_passes_in_a_build_for_older_gpus(loss, shap
     for archs, wanted in ((None, ["cluster_mean_vec"]),
                           (("7.5+PTX",), ["tile_partials", "finish_mean"])):
         fn = getattr(load("ch4_two_pass/v5_block_tiles.cu", archs=archs), loss)
-        names = kernels_launched(fn, pred, target)
+        fn(pred, target)  # warm: the first call asks what the GPU runs
+        names = kernel_names(lambda: fn(pred, target))
         assert len(names) == len(wanted), (archs, names)
         assert all(w in name for w, name in zip(wanted, names)), (archs, names)
         assert_close_to_float64(fn(pred, target), loss, pred, target)

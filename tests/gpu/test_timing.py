@@ -5,22 +5,13 @@ import time
 
 import pytest
 
-import gpu_support  # noqa: F401  (puts the repository on sys.path)
+from gpu_support import kernel_names  # (and puts the repository on sys.path)
 
 pytestmark = pytest.mark.gpu
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from kernels.measure import events, spans  # noqa: E402
-
-
-def kernel_names(run) -> list[str]:
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    return [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start)
-            if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def test_each_lead_queues_a_random_count_of_empty_launches_before_its_sleep():
