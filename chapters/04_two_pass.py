@@ -437,9 +437,10 @@ del pred, target
 #   5, in `tools/ab_kernel.py`'s turns, the cluster took about a tenth off Hinge's calls at
 #   $2^{15}$ and $2^{16}$ elements and less at $2^{17}$ and $2^{18}$. MSE's calls, whose two
 #   passes were already well ahead of `torch.compile`, gained several percent at $2^{16}$ and
-#   lost a little at $2^{17}$ and more at $2^{18}$. Of each call, about half a microsecond is
-#   the barrier's arrival at the start, which also orders memory (`bench/PERFLOG.md`, session
-#   31, times an arrival that does not).
+#   lost a little at $2^{17}$ and more at $2^{18}$. The arrival at the start is *relaxed*
+#   (`barrier.cluster.arrive.relaxed`): the default arrival also orders the block's earlier
+#   memory operations for the others, and at the start there are none; it cost about half a
+#   microsecond a call (`bench/PERFLOG.md`, session 31).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued

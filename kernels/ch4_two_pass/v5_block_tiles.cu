@@ -209,9 +209,9 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
     if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
-// The mean of a one-round sum (one block or one cluster): n <= 2^17 is exact in float, so one
+// The mean of a one-round sum (one block or one cluster): n <= 2^18 is exact in float, so one
 // float division rounds the exact quotient once. (A float64 division, then a rounding to float,
-// gives the same bits here: the quotient of a float by n <= 2^17 is never within float64's
+// gives the same bits here: the quotient of a float by n <= 2^18 is never within float64's
 // rounding of a float midpoint.)
 __device__ __forceinline__ float one_block_result(float sum, int64_t n) {
     return sum / static_cast<float>(n);
@@ -278,9 +278,9 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
 // round, as one block of kBlocks x 1024 threads would. Each block's sum goes into rank
 // 0's shared memory (distributed shared memory: cluster.map_shared_rank), and one cluster
 // barrier replaces pass 2: no partials in global memory, no second kernel, no counter. At 2^16
-// elements an H100 took 5.8 us a call where two passes took 6.9 and torch.compile 7.4 (Hinge
-// and MSE alike: bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have no
-// clusters, has an empty kernel, and the launcher keeps two passes there.
+// elements an H100's call took 0.79 of torch.compile's time where two passes took 0.91 (MSE)
+// and 1.03 (Hinge) (bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have
+// no clusters, has an empty kernel, and the launcher keeps two passes there.
 template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -289,8 +289,10 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArg
     const unsigned rank = cluster.block_rank();
     __shared__ float block_sums[kBlocks];  // rank 0's is the one written
     // A block may write another's shared memory only once that block has started: this block
-    // says so now and waits for the others after its loads, when they have long started.
-    cluster.barrier_arrive();
+    // says so now and waits for the others after its loads, when they have long started. The
+    // arrival is relaxed: nothing before it needs ordering, and the default arrival (a release)
+    // cost about half a microsecond a call at 2^15-2^18 (bench/PERFLOG.md, session 31).
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     constexpr int kAll = kBlocks * kClusterThreads;
     const float sum = block_sum<kClusterThreads>(
         one_round_sum<Loss, kBroadcast, kAll, kLoads, kFull, kPow2Period>(
