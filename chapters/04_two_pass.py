@@ -476,9 +476,9 @@ del pred, target
 #   at $2^{22}$ and all of it at $2^{24}$. Below $2^{21}$ the tiles are few, and the longer
 #   ones were slower.
 #
-# The first two changes are switches in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
-# `bench/v5_ablation.py` can build version 5 without one of them and time the three builds
-# beside `torch.compile`. Its table is after the measurements below.
+# The first three changes are switches in the file (`CLUSTERS`, `DEPENDENT_LAUNCH`,
+# `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of them and time
+# the four builds beside `torch.compile`. Its table is after the measurements below.
 
 # %%
 show_source("ch4_two_pass/v5_block_tiles.cu")
@@ -643,7 +643,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
 ablation = results.read_rows("v5_ablation", results.PUBLISHED_DIR / "v5_ablation.csv")
-builds = ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"]
+KERNELS = " (kernels)"  # the same calls timed by their kernels' span
+builds = [p for p in dict.fromkeys(r["provider"] for r in ablation)
+          if p != "torch.compile" and not p.endswith(KERNELS)]
 Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
                        + results.ratio_table(ablation, builds, loss, "torch.compile")
                        for loss in ("mse", "hinge")))
@@ -651,7 +653,6 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
 # %% tags=["nbval-ignore-output"]
 # The same builds, each call timed from its first kernel's start to its last kernel's end
 # (spans.call_span_ms: torch.profiler's timestamps), without what the events add around them
-KERNELS = " (kernels)"
 spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
          for r in ablation if r["provider"].endswith(KERNELS)]
 Markdown("\n\n".join(f"**{loss}**, kernels' span / `torch.compile`'s\n\n"

@@ -37,8 +37,8 @@
 //  - in that range, a broadcast target (Hinge's row), which stays in the caches, gets tiles
 //    twice as long in blocks of 256 threads, so a tile streams as many bytes as a same-shape
 //    one, and twice as many blocks share an SM.
-// bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
-// times what each buys. For same-shape inputs, tile sizes (4096-16384) and a warp per tile
+// bench/v5_ablation.py rebuilds this file with CLUSTERS, DEPENDENT_LAUNCH or STREAM_LOADS set
+// to 0 and times what each buys. For same-shape inputs, tile sizes (4096-16384) and a warp per tile
 // changed nothing measurable.
 // At 2^12 elements and below the single block has Inductor's shape, 512 threads (its program's
 // launch record in the profiler) with two loads per input each: 1024 threads were 4-7% slower
@@ -61,6 +61,9 @@
 
 #ifndef STREAM_LOADS  // 0: plain loads at every size (bench/v5_ablation.py)
 #define STREAM_LOADS 1
+#endif
+#ifndef CLUSTERS  // 0: two passes above the single block on Hopper too (bench/v5_ablation.py)
+#define CLUSTERS 1
 #endif
 
 constexpr int kThreads = 512;              // threads per block of pass 1 ...
@@ -414,7 +417,7 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
-    if (vector && a->n <= kClusterMax && clusters_built()) {
+    if (CLUSTERS && vector && a->n <= kClusterMax && clusters_built()) {
         const bool launched =
             a->n <= kClusterMax / 4   ? launch_cluster<Loss, kBroadcast, 8, 2>(a, stream)
             : a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 8, 4>(a, stream)
