@@ -329,32 +329,22 @@ static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
     kernel<<<1, kBlock, 0, stream>>>(*a);
 }
 
-// Whether this build has the cluster kernels on the current device (asked once per device): a
-// build for GPUs before Hopper has empty ones (compiled_arch.cuh).
-static bool clusters_built() {
-    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    cudaGetDevice(&device);
-    if (device >= 64) return false;
-    if (cached[device] == 0)
-        cached[device] =
-            compiled_arch(cluster_mean_vec<MseLoss, false, 8, 2, false, false>) >= 90 ? 2 : 1;
-    return cached[device] == 2;
-}
-
 template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kPow2Period>
 static auto cluster_kernel(bool full) {
     return full ? cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, true, kPow2Period>
                 : cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, false, kPow2Period>;
 }
 
-// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: past 8 blocks, a
-// non-portable size, only once the kernel allows it, and only where a GPC has the SMs.
+// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: only a build for
+// Hopper or later has the cluster kernels (a build for older GPUs has empty ones:
+// compiled_arch.cuh); past 8 blocks, a non-portable size, only once the kernel allows it; and
+// only where a GPC has the SMs.
 template <int kBlocks, class Kernel>
 static bool cluster_fits(Kernel kernel, cudaLaunchConfig_t config) {
     int clusters = 0;
     const cudaFuncAttribute past8 = cudaFuncAttributeNonPortableClusterSizeAllowed;
     const bool fits =
+        compiled_arch(kernel) >= 90 &&
         (kBlocks <= 8 || cudaFuncSetAttribute(kernel, past8, 1) == cudaSuccess) &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
     if (!fits) cudaGetLastError();  // the failed query's error is not the loss's
@@ -417,7 +407,7 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
-    if (CLUSTERS && vector && a->n <= kClusterMax && clusters_built()) {
+    if (CLUSTERS && vector && a->n <= kClusterMax) {
         const bool launched =
             a->n <= kClusterMax / 4   ? launch_cluster<Loss, kBroadcast, 8, 2>(a, stream)
             : a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 8, 4>(a, stream)
