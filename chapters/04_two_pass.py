@@ -421,26 +421,26 @@ del pred, target
 # `torch.compile`:
 #
 # - **Up to $2^{18}$ elements, one cluster instead of two passes.** Hopper groups blocks into
-#   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable
-#   size) that run at the same time on neighbouring SMs and can write each other's shared
-#   memory (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single
-#   cluster of 8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input
-#   in one round, each thread issuing its two or four loads per input before any arithmetic, as
-#   the single block does. Each block adds its part, its thread 0 writes the block's sum into
-#   block 0's shared memory (`cluster.map_shared_rank`), and one cluster barrier
-#   (`cluster.sync()`) takes the place of pass 2: no partials in global memory, no second
-#   kernel, no counter. A block may write another block's shared memory only once that block
-#   has started, so each block arrives on the cluster's barrier as it starts and waits on it
-#   after its loads, by which time every block has long started. The first cluster kernel
-#   wrote without that wait, and `compute-sanitizer --tool racecheck` flagged it. Before
-#   Hopper, which has no clusters, the launcher keeps two passes. Against the previous version
-#   5, in `tools/ab_kernel.py`'s turns, the cluster took about a tenth off Hinge's calls at
-#   $2^{15}$ and $2^{16}$ elements and less at $2^{17}$ and $2^{18}$. MSE's calls, whose two
-#   passes were already well ahead of `torch.compile`, gained several percent at $2^{16}$ and
-#   lost a little at $2^{17}$ and more at $2^{18}$. The arrival at the start is *relaxed*
-#   (`barrier.cluster.arrive.relaxed`): the default arrival also orders the block's earlier
-#   memory operations for the others, and at the start there are none; it cost about half a
-#   microsecond a call (`bench/PERFLOG.md`, session 31).
+#   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable size)
+#   that run at the same time on neighbouring SMs and can write each other's shared memory
+#   (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single cluster of
+#   8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input in one round,
+#   each thread issuing its two or four loads per input before any arithmetic, as the single block
+#   does. Each block adds its part, its thread 0 writes the block's sum into block 0's shared
+#   memory (`cluster.map_shared_rank`), and one cluster barrier (`cluster.sync()`) takes the place
+#   of pass 2: no partials in global memory, no second kernel, no counter. A block may write
+#   another block's shared memory only once that block has started, so each block arrives on the
+#   cluster's barrier as it starts and waits on it after its loads, by which time every block has
+#   long started. The first cluster kernel wrote without that wait, and `compute-sanitizer --tool
+#   racecheck` flagged it. Before Hopper, which has no clusters, the launcher keeps two passes.
+#   The ablation's tables below time a build without clusters, "v5, two passes": at $2^{16}$
+#   elements the cluster takes about a fifth off Hinge's call and an eighth off MSE's. At
+#   $2^{18}$, where 16 blocks issue four loads per input each, Hinge still gains about a twelfth,
+#   while MSE, which reads twice Hinge's bytes there (Hinge's target is one row, read once), is
+#   level by events and behind by its kernels' span: this is as far as one round of loads pays.
+#   The arrival at the start is *relaxed* (`barrier.cluster.arrive.relaxed`): the default arrival
+#   also orders the block's earlier memory operations for the others, and at the start there are
+#   none; it cost about half a microsecond a call (`bench/PERFLOG.md`, session 31).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued
@@ -609,25 +609,22 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # tables time the same calls from the start of their first kernel to the end of their last
 # (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
-# Read together, the tables now tell one story. One thing first: `bench/v5_ablation.py`'s
-# published run (the first two pairs of tables and the lines under them) predates the
-# cluster, so its version 5 still runs two passes at $2^{16}$ and $2^{18}$ elements; the last
-# two sets of tables, the chapter's sweep and `bench/reduction_targets.py`'s run, time the
-# cluster. MSE and Smooth L1 are ahead from $2^{14}$ to $2^{26}$ elements, by events and, for
-# MSE, by the kernels' spans too. In the ablation's run Hinge is level with `torch.compile` by
-# events from $2^{16}$ to $2^{22}$, within a few percent either way, while its kernels' spans
-# are level with Inductor's or ahead: what Hinge lost was outside the kernels. With the
-# cluster, the last two sets of tables have Hinge ahead at $2^{16}$ and $2^{18}$, and level
-# from $2^{20}$ to $2^{24}$, a percent either way. The last lines under the ablation's tables
-# print what each call's events hold besides its kernels. From $2^{16}$ up, where pass 2 runs
-# in that run, version 5's calls hold a fraction of a microsecond more than
-# `torch.compile`'s, and the build with an ordinary launch of pass 2 about as much as
-# `torch.compile`'s: the dependent launch costs that outside the kernels. It saves more inside
-# them (the ordinary launch is slower at every size from $2^{16}$ to $2^{22}$, by both timings
-# and for both losses). MSE's kernels are far enough ahead of Inductor's to pay for it;
-# Hinge's gain about as much as it costs. Plain loads from $2^{21}$ up move the spans by a few
-# percent at most: with the timing's clear reading its buffer, L2 holds only clean lines, and
-# the dirty lines that evict-first loads used to leave alone were the old write clear's own.
+# Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
+# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is ahead at $2^{16}$
+# and $2^{18}$, where the cluster runs, in all three runs, and level with `torch.compile` from
+# $2^{20}$ to $2^{24}$, two percent either way, while its kernels' spans are ahead of Inductor's
+# there or level: what Hinge loses at those sizes is outside the kernels. The last lines under the
+# ablation's tables print what each call's events hold besides its kernels, from $2^{12}$ to
+# $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold a tenth to a quarter of a
+# microsecond more than `torch.compile`'s, and the two passes' up to half a microsecond more. At
+# $2^{20}$, where pass 2 runs, version 5's calls hold about a quarter of a microsecond more, and
+# the build with an ordinary launch of pass 2 about as much as `torch.compile`'s or less: the
+# dependent launch costs that outside the kernels. It saves more inside them (the ordinary launch
+# is slower at $2^{20}$ and $2^{22}$ elements, by both timings and for both losses). MSE's kernels
+# are far enough ahead of Inductor's to pay for it; Hinge's gain about as much as it costs. Plain
+# loads from $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading
+# its buffer, L2 holds only clean lines, and the dirty lines that evict-first loads used to leave
+# alone were the old write clear's own.
 #
 # Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
 # its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
