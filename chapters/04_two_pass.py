@@ -98,9 +98,9 @@ finally:
 #
 # Version 1 gives the same bits on every run, on *this* GPU. Its grid is the number of blocks
 # that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
-# depend on the SM count: a T4, an A100 and an H100 give different last bits for the same input.
-# Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole tile in a
-# fixed order into one partial, and the grid only decides which warp takes which tile.
+# depend on the SM count: a T4, an A100 and an H100 can give different last bits for the same
+# input. Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole
+# tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
 
 # %%
 show_source("ch4_two_pass/v2_deterministic_tiles.cu")
@@ -350,23 +350,23 @@ del pred, target
 torch.cuda.empty_cache()
 
 # %% [markdown]
-# The output above is the answer for this GPU, from the same inputs for every line. Read it
-# from the top. Chapter 2's version 4, whose block sums all meet in one float through atomics,
-# is the furthest from the float64 mean, several ulp away. Version 4's `mse_sequential`, which
-# keeps a lane's whole share in one float, comes next, about two ulp away. Chapter 3's
-# version 6 (atomics, but only one per resident block) moves from run to run, as the atomic
-# ones do (in this run, see its line); `torch.mean` is within an ulp. Every
-# variant whose float32 sums are short (a tile) lands on the same float32 value, a small
-# fraction of an ulp from the float64 mean, that is, the float32 value nearest to it: with the
-# float64 final pass (versions 1 to 3), with the float32 final pass (`mse_float_tree`) and with
-# Kahan's compensated lanes (version 4) alike. On this input, then, short float32 sums are what
-# matters; the float64 final pass and the compensation change nothing in the result, because the
-# result cannot be closer than the nearest float32. The fixed-order versions also give these
+# The output above is the answer for this GPU, from the same inputs for every line. Read it from
+# the top. Chapter 2's version 4, whose block sums all meet in one float through atomics, is the
+# furthest from the float64 mean, several ulp away. Chapter 3's version 6 (atomics, but only one
+# per resident block) moves from run to run, as the atomic ones do, and can land as far (in this
+# run, see its line). Version 4's `mse_sequential`, which keeps a lane's whole share in one float
+# and adds the warps' partials in float32, is about two ulp away; `torch.mean` is within an ulp.
+# Every other variant lands on the same float32 value, a small fraction of an ulp from the float64
+# mean, that is, the float32 value nearest to it: version 1, whose threads each add a few thousand
+# elements, versions 2 and 3, whose warps each add a tile, with the float64 final pass, the
+# float32 final pass (`mse_float_tree`) and Kahan's compensated lanes (version 4) alike. On this
+# input, then, the float64 final pass and the compensation change nothing in the result, because
+# the result cannot be closer than the nearest float32. The fixed-order versions also give these
 # bits on every run, which the atomic ones do not.
 #
 # ## Version 5: the grid `torch.compile` chose
 #
-# At $2^{30}$ elements versions 2 and 3 read one to three percent slower than `torch.compile`
+# At $2^{30}$ elements versions 2 and 3 read one to four percent slower than `torch.compile`
 # (the tables below), and no change of load instruction, tile size or unrolling closed that
 # gap. When the compiler wins, read what it wrote: `torch._inductor.utils.run_and_get_code`
 # returns the code Inductor generated for a function, launches included.
@@ -575,16 +575,17 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "hinge"))
 
 # %% [markdown]
-# What we expected: at large sizes a second launch is a few microseconds against
-# milliseconds of reading, and at small sizes a launch is most of the time, where one launch
-# should win. What the measurements show: version 3's single launch gains nothing consistent
-# over version 2 on this GPU. The benchmark keeps the GPU busy while the host launches
-# (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind the first costs little
-# GPU time, and version 3's timed entry points put a memset on the stream before their kernel
-# anyway. What made the difference is the shape of the work: version 5, with Inductor's grid,
-# a single block for small inputs, a cluster, a second pass that starts early and evict-first
-# loads at the middle sizes, is the fastest of the three at all or nearly all sizes for all
-# three losses (the count above), so it is the chapter's final kernel. The plots and the
+# What we expected: at large sizes a second launch is a few microseconds against milliseconds of
+# reading, and at small sizes a launch is most of the time, where one launch should win. What the
+# measurements show: version 3's single launch gains nothing consistent over version 2 on this
+# GPU. In this run it is ahead at the smallest size, $2^{12}$ elements, by several percent, and
+# level or behind everywhere else, by up to a sixth at $2^{14}$. The benchmark keeps the GPU busy
+# while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind
+# the first costs little GPU time, and version 3's timed entry points put a memset on the stream
+# before their kernel anyway. What made the difference is the shape of the work: version 5, with
+# Inductor's grid, a single block for small inputs, a cluster, a second pass that starts early and
+# evict-first loads at the middle sizes, is the fastest of the three at all or nearly all sizes
+# for all three losses (the count above), so it is the chapter's final kernel. The plots and the
 # choice come from the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
@@ -615,7 +616,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # $2^{20}$ to $2^{24}$, two percent either way, while its kernels' spans are ahead of Inductor's
 # there or level: what Hinge loses at those sizes is outside the kernels. The last lines under the
 # ablation's tables print what each call's events hold besides its kernels, from $2^{12}$ to
-# $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold a tenth to a quarter of a
+# $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold up to a quarter of a
 # microsecond more than `torch.compile`'s, and the two passes' up to half a microsecond more. At
 # $2^{20}$, where pass 2 runs, version 5's calls hold about a quarter of a microsecond more, and
 # the build with an ordinary launch of pass 2 about as much as `torch.compile`'s or less: the
