@@ -2,10 +2,11 @@
 
     python bench/v5_ablation.py            # about two minutes on an H100
 
-Version 5 (kernels/ch4_two_pass/v5_block_tiles.cu) queues its pass 2 as a programmatic dependent
-launch (DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^26 elements with evict-first loads
-(STREAM_LOADS). This script builds the file three times, as it is and with each switch set to 0,
-and times the three builds and torch.compile (dynamic=False) side by side on the same inputs, for
+Version 5 (kernels/ch4_two_pass/v5_block_tiles.cu) reads 2^14 to 2^18 elements with one
+thread-block cluster on Hopper (CLUSTERS), queues its pass 2 as a programmatic dependent launch
+(DEPENDENT_LAUNCH) and reads inputs of 2^21 to 2^26 elements with evict-first loads
+(STREAM_LOADS). This script builds the file four times, as it is and with each switch set to 0,
+and times the four builds and torch.compile (dynamic=False) side by side on the same inputs, for
 MSE and Hinge at 2^12 to 2^26 elements, three times in turn (the median is kept). It prints
 each build's time / torch.compile's and writes book/results/v5_ablation.csv
 (kernels.measure.results columns), which chapter 4 tabulates. Each build and torch.compile is
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SOURCE = ROOT / "kernels" / "ch4_two_pass" / "v5_block_tiles.cu"
-BUILDS = {"v5": "", "v5, ordinary launch of pass 2": "#define DEPENDENT_LAUNCH 0\n",
+BUILDS = {"v5": "", "v5, two passes": "#define CLUSTERS 0\n",
+          "v5, ordinary launch of pass 2": "#define DEPENDENT_LAUNCH 0\n",
           "v5, plain loads": "#define STREAM_LOADS 0\n"}
 # Pass 1's constants in other copies (the file has 512 threads, 2 loads, tiles of 4096 at least);
 # a tile of at least one step (threads x loads x 4 elements) keeps every load in whole steps.

@@ -98,9 +98,9 @@ finally:
 #
 # Version 1 gives the same bits on every run, on *this* GPU. Its grid is the number of blocks
 # that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
-# depend on the SM count: a T4, an A100 and an H100 give different last bits for the same input.
-# Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole tile in a
-# fixed order into one partial, and the grid only decides which warp takes which tile.
+# depend on the SM count: a T4, an A100 and an H100 can give different last bits for the same
+# input. Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole
+# tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
 
 # %%
 show_source("ch4_two_pass/v2_deterministic_tiles.cu")
@@ -350,23 +350,23 @@ del pred, target
 torch.cuda.empty_cache()
 
 # %% [markdown]
-# The output above is the answer for this GPU, from the same inputs for every line. Read it
-# from the top. Chapter 2's version 4, whose block sums all meet in one float through atomics,
-# is the furthest from the float64 mean, several ulp away. Version 4's `mse_sequential`, which
-# keeps a lane's whole share in one float, comes next, about two ulp away. Chapter 3's
-# version 6 (atomics, but only one per resident block) moves from run to run, as the atomic
-# ones do (in this run, see its line); `torch.mean` is within an ulp. Every
-# variant whose float32 sums are short (a tile) lands on the same float32 value, a small
-# fraction of an ulp from the float64 mean, that is, the float32 value nearest to it: with the
-# float64 final pass (versions 1 to 3), with the float32 final pass (`mse_float_tree`) and with
-# Kahan's compensated lanes (version 4) alike. On this input, then, short float32 sums are what
-# matters; the float64 final pass and the compensation change nothing in the result, because the
-# result cannot be closer than the nearest float32. The fixed-order versions also give these
+# The output above is the answer for this GPU, from the same inputs for every line. Read it from
+# the top. Chapter 2's version 4, whose block sums all meet in one float through atomics, is the
+# furthest from the float64 mean, several ulp away. Chapter 3's version 6 (atomics, but only one
+# per resident block) moves from run to run, as the atomic ones do, and can land as far (in this
+# run, see its line). Version 4's `mse_sequential`, which keeps a lane's whole share in one float
+# and adds the warps' partials in float32, is about two ulp away; `torch.mean` is within an ulp.
+# Every other variant lands on the same float32 value, a small fraction of an ulp from the float64
+# mean, that is, the float32 value nearest to it: version 1, whose threads each add a few thousand
+# elements, versions 2 and 3, whose warps each add a tile, with the float64 final pass, the
+# float32 final pass (`mse_float_tree`) and Kahan's compensated lanes (version 4) alike. On this
+# input, then, the float64 final pass and the compensation change nothing in the result, because
+# the result cannot be closer than the nearest float32. The fixed-order versions also give these
 # bits on every run, which the atomic ones do not.
 #
 # ## Version 5: the grid `torch.compile` chose
 #
-# At $2^{30}$ elements versions 2 and 3 read one to three percent slower than `torch.compile`
+# At $2^{30}$ elements versions 2 and 3 read one to four percent slower than `torch.compile`
 # (the tables below), and no change of load instruction, tile size or unrolling closed that
 # gap. When the compiler wins, read what it wrote: `torch._inductor.utils.run_and_get_code`
 # returns the code Inductor generated for a function, launches included.
@@ -421,25 +421,26 @@ del pred, target
 # `torch.compile`:
 #
 # - **Up to $2^{18}$ elements, one cluster instead of two passes.** Hopper groups blocks into
-#   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable
-#   size) that run at the same time on neighbouring SMs and can write each other's shared
-#   memory (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single
-#   cluster of 8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input
-#   in one round, each thread issuing its two or four loads per input before any arithmetic, as
-#   the single block does. Each block adds its part, its thread 0 writes the block's sum into
-#   block 0's shared memory (`cluster.map_shared_rank`), and one cluster barrier
-#   (`cluster.sync()`) takes the place of pass 2: no partials in global memory, no second
-#   kernel, no counter. A block may write another block's shared memory only once that block
-#   has started, so each block arrives on the cluster's barrier as it starts and waits on it
-#   after its loads, by which time every block has long started. The first cluster kernel
-#   wrote without that wait, and `compute-sanitizer --tool racecheck` flagged it. Before
-#   Hopper, which has no clusters, the launcher keeps two passes. Against the previous version
-#   5, in `tools/ab_kernel.py`'s turns, the cluster took about a tenth off Hinge's calls at
-#   $2^{15}$ and $2^{16}$ elements and less at $2^{17}$ and $2^{18}$. MSE's calls, whose two
-#   passes were already well ahead of `torch.compile`, gained several percent at $2^{16}$ and
-#   lost a little at $2^{17}$ and more at $2^{18}$. Of each call, about half a microsecond is
-#   the barrier's arrival at the start, which also orders memory (`bench/PERFLOG.md`, session
-#   31, times an arrival that does not).
+#   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable size)
+#   that run at the same time on neighbouring SMs and can write each other's shared memory
+#   (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single cluster of
+#   8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input in one round,
+#   each thread issuing its two or four loads per input before any arithmetic, as the single block
+#   does. Each block adds its part, its thread 0 writes the block's sum into block 0's shared
+#   memory (`cluster.map_shared_rank`), and one cluster barrier (`cluster.sync()`) takes the place
+#   of pass 2: no partials in global memory, no second kernel, no counter. A block may write
+#   another block's shared memory only once that block has started, so each block arrives on the
+#   cluster's barrier as it starts and waits on it after its loads, by which time every block has
+#   long started. The first cluster kernel wrote without that wait, and `compute-sanitizer --tool
+#   racecheck` flagged it. Before Hopper, which has no clusters, the launcher keeps two passes.
+#   The ablation's tables below time a build without clusters, "v5, two passes": at $2^{16}$
+#   elements the cluster takes about a fifth off Hinge's call and an eighth off MSE's. At
+#   $2^{18}$, where 16 blocks issue four loads per input each, Hinge still gains about a twelfth,
+#   while MSE, which reads twice Hinge's bytes there (Hinge's target is one row, read once), is
+#   level by events and behind by its kernels' span: this is as far as one round of loads pays.
+#   The arrival at the start is *relaxed* (`barrier.cluster.arrive.relaxed`): the default arrival
+#   also orders the block's earlier memory operations for the others, and at the start there are
+#   none; it cost about half a microsecond a call (`bench/PERFLOG.md`, session 31).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued
@@ -475,9 +476,9 @@ del pred, target
 #   at $2^{22}$ and all of it at $2^{24}$. Below $2^{21}$ the tiles are few, and the longer
 #   ones were slower.
 #
-# The first two changes are switches in the file (`DEPENDENT_LAUNCH`, `STREAM_LOADS`), so
-# `bench/v5_ablation.py` can build version 5 without one of them and time the three builds
-# beside `torch.compile`. Its table is after the measurements below.
+# The first three changes are switches in the file (`CLUSTERS`, `DEPENDENT_LAUNCH`,
+# `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of them and time
+# the four builds beside `torch.compile`. Its table is after the measurements below.
 
 # %%
 show_source("ch4_two_pass/v5_block_tiles.cu")
@@ -574,16 +575,17 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "hinge"))
 
 # %% [markdown]
-# What we expected: at large sizes a second launch is a few microseconds against
-# milliseconds of reading, and at small sizes a launch is most of the time, where one launch
-# should win. What the measurements show: version 3's single launch gains nothing consistent
-# over version 2 on this GPU. The benchmark keeps the GPU busy while the host launches
-# (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind the first costs little
-# GPU time, and version 3's timed entry points put a memset on the stream before their kernel
-# anyway. What made the difference is the shape of the work: version 5, with Inductor's grid,
-# a single block for small inputs, a cluster, a second pass that starts early and evict-first
-# loads at the middle sizes, is the fastest of the three at all or nearly all sizes for all
-# three losses (the count above), so it is the chapter's final kernel. The plots and the
+# What we expected: at large sizes a second launch is a few microseconds against milliseconds of
+# reading, and at small sizes a launch is most of the time, where one launch should win. What the
+# measurements show: version 3's single launch gains nothing consistent over version 2 on this
+# GPU. In this run it is ahead at the smallest size, $2^{12}$ elements, by several percent, and
+# level or behind everywhere else, by up to a sixth at $2^{14}$. The benchmark keeps the GPU busy
+# while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind
+# the first costs little GPU time, and version 3's timed entry points put a memset on the stream
+# before their kernel anyway. What made the difference is the shape of the work: version 5, with
+# Inductor's grid, a single block for small inputs, a cluster, a second pass that starts early and
+# evict-first loads at the middle sizes, is the fastest of the three at all or nearly all sizes
+# for all three losses (the count above), so it is the chapter's final kernel. The plots and the
 # choice come from the same CSV, `book/results/ch4.csv`.
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
@@ -608,25 +610,22 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # tables time the same calls from the start of their first kernel to the end of their last
 # (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
-# Read together, the tables now tell one story. One thing first: `bench/v5_ablation.py`'s
-# published run (the first two pairs of tables and the lines under them) predates the
-# cluster, so its version 5 still runs two passes at $2^{16}$ and $2^{18}$ elements; the last
-# two sets of tables, the chapter's sweep and `bench/reduction_targets.py`'s run, time the
-# cluster. MSE and Smooth L1 are ahead from $2^{14}$ to $2^{26}$ elements, by events and, for
-# MSE, by the kernels' spans too. In the ablation's run Hinge is level with `torch.compile` by
-# events from $2^{16}$ to $2^{22}$, within a few percent either way, while its kernels' spans
-# are level with Inductor's or ahead: what Hinge lost was outside the kernels. With the
-# cluster, the last two sets of tables have Hinge ahead at $2^{16}$ and $2^{18}$, and level
-# from $2^{20}$ to $2^{24}$, a percent either way. The last lines under the ablation's tables
-# print what each call's events hold besides its kernels. From $2^{16}$ up, where pass 2 runs
-# in that run, version 5's calls hold a fraction of a microsecond more than
-# `torch.compile`'s, and the build with an ordinary launch of pass 2 about as much as
-# `torch.compile`'s: the dependent launch costs that outside the kernels. It saves more inside
-# them (the ordinary launch is slower at every size from $2^{16}$ to $2^{22}$, by both timings
-# and for both losses). MSE's kernels are far enough ahead of Inductor's to pay for it;
-# Hinge's gain about as much as it costs. Plain loads from $2^{21}$ up move the spans by a few
-# percent at most: with the timing's clear reading its buffer, L2 holds only clean lines, and
-# the dirty lines that evict-first loads used to leave alone were the old write clear's own.
+# Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
+# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is ahead at $2^{16}$
+# and $2^{18}$, where the cluster runs, in all three runs, and level with `torch.compile` from
+# $2^{20}$ to $2^{24}$, two percent either way, while its kernels' spans are ahead of Inductor's
+# there or level: what Hinge loses at those sizes is outside the kernels. The last lines under the
+# ablation's tables print what each call's events hold besides its kernels, from $2^{12}$ to
+# $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold up to a quarter of a
+# microsecond more than `torch.compile`'s, and the two passes' up to half a microsecond more. At
+# $2^{20}$, where pass 2 runs, version 5's calls hold about a quarter of a microsecond more, and
+# the build with an ordinary launch of pass 2 about as much as `torch.compile`'s or less: the
+# dependent launch costs that outside the kernels. It saves more inside them (the ordinary launch
+# is slower at $2^{20}$ and $2^{22}$ elements, by both timings and for both losses). MSE's kernels
+# are far enough ahead of Inductor's to pay for it; Hinge's gain about as much as it costs. Plain
+# loads from $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading
+# its buffer, L2 holds only clean lines, and the dirty lines that evict-first loads used to leave
+# alone were the old write clear's own.
 #
 # Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
 # its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
@@ -642,7 +641,9 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
 ablation = results.read_rows("v5_ablation", results.PUBLISHED_DIR / "v5_ablation.csv")
-builds = ["v5", "v5, ordinary launch of pass 2", "v5, plain loads"]
+KERNELS = " (kernels)"  # the same calls timed by their kernels' span
+builds = [p for p in dict.fromkeys(r["provider"] for r in ablation)
+          if p != "torch.compile" and not p.endswith(KERNELS)]
 Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
                        + results.ratio_table(ablation, builds, loss, "torch.compile")
                        for loss in ("mse", "hinge")))
@@ -650,7 +651,6 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
 # %% tags=["nbval-ignore-output"]
 # The same builds, each call timed from its first kernel's start to its last kernel's end
 # (spans.call_span_ms: torch.profiler's timestamps), without what the events add around them
-KERNELS = " (kernels)"
 spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
          for r in ablation if r["provider"].endswith(KERNELS)]
 Markdown("\n\n".join(f"**{loss}**, kernels' span / `torch.compile`'s\n\n"

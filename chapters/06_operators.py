@@ -267,10 +267,11 @@ ops.element_wise, ops.cross_entropy_kernel
 # %% [markdown]
 # ### Checked against float64
 #
-# Loss and gradients of every loss, dtype and reduction against PyTorch's own expression in
-# float64, through `loss.backward(grad_output)` with `grad_output` = 3 (or a random tensor for
-# `reduction="none"`), over the check suite's awkward shapes. The tolerance is $10^{-5}$ for
-# float32 and the precision of the format for bfloat16 and float16:
+# Loss and gradients of every loss and reduction, in float32 and bfloat16, against PyTorch's own
+# expression in float64, through `loss.backward(grad_output)` with `grad_output` = 3 (or a random
+# tensor for `reduction="none"`), over the check suite's awkward shapes. The tolerance is
+# $10^{-5}$ for float32 and the precision of the format for bfloat16 (the tests check float16
+# too):
 
 # %% tags=["gpu"]
 def gradient_check(ops, name, dtype, reduction, rtol):
@@ -809,10 +810,9 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
 # (`bench/host_overhead.py` profiles where that time goes, and `bench/PERFLOG.md` keeps its
 # numbers: in its measurement, about a third of the host's extra time per call was
 # `torch.library`'s handling of the op's arguments for the autograd formula. A C++ autograd
-# formula would remove it, at the price of heavier
-# headers and slower builds.) On a real
-# model, whose forward keeps the GPU busy for milliseconds, the host's extra microseconds are
-# hidden behind queued GPU work.
+# formula would remove it, at the price of heavier headers and slower builds.) On a real model,
+# whose forward keeps the GPU busy for milliseconds, the host's extra few hundred microseconds
+# are hidden behind queued GPU work.
 #
 # ## Exercises
 #

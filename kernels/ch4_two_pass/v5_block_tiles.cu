@@ -37,8 +37,8 @@
 //  - in that range, a broadcast target (Hinge's row), which stays in the caches, gets tiles
 //    twice as long in blocks of 256 threads, so a tile streams as many bytes as a same-shape
 //    one, and twice as many blocks share an SM.
-// bench/v5_ablation.py rebuilds this file with DEPENDENT_LAUNCH or STREAM_LOADS set to 0 and
-// times what each buys. For same-shape inputs, tile sizes (4096-16384) and a warp per tile
+// bench/v5_ablation.py rebuilds this file with CLUSTERS, DEPENDENT_LAUNCH or STREAM_LOADS set
+// to 0 and times what each buys. For same-shape inputs, tile sizes (4096-16384) and a warp per tile
 // changed nothing measurable.
 // At 2^12 elements and below the single block has Inductor's shape, 512 threads (its program's
 // launch record in the profiler) with two loads per input each: 1024 threads were 4-7% slower
@@ -61,6 +61,9 @@
 
 #ifndef STREAM_LOADS  // 0: plain loads at every size (bench/v5_ablation.py)
 #define STREAM_LOADS 1
+#endif
+#ifndef CLUSTERS  // 0: two passes above the single block on Hopper too (bench/v5_ablation.py)
+#define CLUSTERS 1
 #endif
 
 constexpr int kThreads = 512;              // threads per block of pass 1 ...
@@ -209,9 +212,9 @@ __global__ void __launch_bounds__(kFinalThreads) finish_mean(const float* partia
     if (threadIdx.x == 0) *out = static_cast<float>(acc / static_cast<double>(n));
 }
 
-// The mean of a one-round sum (one block or one cluster): n <= 2^17 is exact in float, so one
+// The mean of a one-round sum (one block or one cluster): n <= 2^18 is exact in float, so one
 // float division rounds the exact quotient once. (A float64 division, then a rounding to float,
-// gives the same bits here: the quotient of a float by n <= 2^17 is never within float64's
+// gives the same bits here: the quotient of a float by n <= 2^18 is never within float64's
 // rounding of a float midpoint.)
 __device__ __forceinline__ float one_block_result(float sum, int64_t n) {
     return sum / static_cast<float>(n);
@@ -278,9 +281,9 @@ __global__ void __launch_bounds__(kBlock) one_block_mean_vec(ReductionArgs a) {
 // round, as one block of kBlocks x 1024 threads would. Each block's sum goes into rank
 // 0's shared memory (distributed shared memory: cluster.map_shared_rank), and one cluster
 // barrier replaces pass 2: no partials in global memory, no second kernel, no counter. At 2^16
-// elements an H100 took 5.8 us a call where two passes took 6.9 and torch.compile 7.4 (Hinge
-// and MSE alike: bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have no
-// clusters, has an empty kernel, and the launcher keeps two passes there.
+// elements an H100's call took 0.79 of torch.compile's time where two passes took 0.91 (MSE)
+// and 1.03 (Hinge) (bench/PERFLOG.md, session 31). A build for GPUs before Hopper, which have
+// no clusters, has an empty kernel, and the launcher keeps two passes there.
 template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kFull, bool kPow2Period>
 __global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -289,8 +292,10 @@ __global__ void __launch_bounds__(kClusterThreads) cluster_mean_vec(ReductionArg
     const unsigned rank = cluster.block_rank();
     __shared__ float block_sums[kBlocks];  // rank 0's is the one written
     // A block may write another's shared memory only once that block has started: this block
-    // says so now and waits for the others after its loads, when they have long started.
-    cluster.barrier_arrive();
+    // says so now and waits for the others after its loads, when they have long started. The
+    // arrival is relaxed: nothing before it needs ordering, and the default arrival (a release)
+    // cost about half a microsecond a call at 2^15-2^18 (bench/PERFLOG.md, session 31).
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     constexpr int kAll = kBlocks * kClusterThreads;
     const float sum = block_sum<kClusterThreads>(
         one_round_sum<Loss, kBroadcast, kAll, kLoads, kFull, kPow2Period>(
@@ -324,32 +329,22 @@ static void launch_one_block(const ReductionArgs* a, cudaStream_t stream) {
     kernel<<<1, kBlock, 0, stream>>>(*a);
 }
 
-// Whether this build has the cluster kernels on the current device (asked once per device): a
-// build for GPUs before Hopper has empty ones (compiled_arch.cuh).
-static bool clusters_built() {
-    static int cached[64] = {0};  // 0: not asked yet, 1: no, 2: yes
-    int device = 0;
-    cudaGetDevice(&device);
-    if (device >= 64) return false;
-    if (cached[device] == 0)
-        cached[device] =
-            compiled_arch(cluster_mean_vec<MseLoss, false, 8, 2, false, false>) >= 90 ? 2 : 1;
-    return cached[device] == 2;
-}
-
 template <class Loss, bool kBroadcast, int kBlocks, int kLoads, bool kPow2Period>
 static auto cluster_kernel(bool full) {
     return full ? cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, true, kPow2Period>
                 : cluster_mean_vec<Loss, kBroadcast, kBlocks, kLoads, false, kPow2Period>;
 }
 
-// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: past 8 blocks, a
-// non-portable size, only once the kernel allows it, and only where a GPC has the SMs.
+// Whether this GPU runs a cluster of kernel's kBlocks blocks of 1024 threads: only a build for
+// Hopper or later has the cluster kernels (a build for older GPUs has empty ones:
+// compiled_arch.cuh); past 8 blocks, a non-portable size, only once the kernel allows it; and
+// only where a GPC has the SMs.
 template <int kBlocks, class Kernel>
 static bool cluster_fits(Kernel kernel, cudaLaunchConfig_t config) {
     int clusters = 0;
     const cudaFuncAttribute past8 = cudaFuncAttributeNonPortableClusterSizeAllowed;
     const bool fits =
+        compiled_arch(kernel) >= 90 &&
         (kBlocks <= 8 || cudaFuncSetAttribute(kernel, past8, 1) == cudaSuccess) &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
     if (!fits) cudaGetLastError();  // the failed query's error is not the loss's
@@ -412,7 +407,7 @@ static cudaError_t launch(const ReductionArgs* a, bool vector, cudaStream_t stre
             launch_one_block<Loss, kBroadcast, kOneBlockThreads, kOneBlockUnroll>(a, stream);
         return cudaGetLastError();
     }
-    if (vector && a->n <= kClusterMax && clusters_built()) {
+    if (CLUSTERS && vector && a->n <= kClusterMax) {
         const bool launched =
             a->n <= kClusterMax / 4   ? launch_cluster<Loss, kBroadcast, 8, 2>(a, stream)
             : a->n <= kClusterMax / 2 ? launch_cluster<Loss, kBroadcast, 8, 4>(a, stream)
