@@ -550,12 +550,11 @@ for name in LOSS_NAMES:
                      + results.markdown_table(rows, ["eager", "torch.compile"], name)))
 
 # %% [markdown]
-# On the right of each plot, the large sizes: compiled MSE, Smooth L1 and Hinge run close to
-# the read bandwidth, and their eager versions near the fraction their extra bytes allow (a
-# third for MSE, a seventh for Hinge); cross-entropy stays further below it, eager and compiled
-# alike. On the left,
-# every curve collapses: at a few thousand elements no loss gets anywhere near the bandwidth,
-# whatever it does. That is the launch floor.
+# On the right of each plot, the large sizes: compiled MSE, Smooth L1 and Hinge run close to the
+# read bandwidth, and their eager versions near the fraction their extra bytes allow (a third for
+# MSE, a seventh for Hinge); cross-entropy stays further below what its bytes allow, eager and
+# compiled alike. On the left, every curve collapses: at a few thousand elements no loss gets
+# anywhere near the bandwidth, whatever it does. That is the launch floor.
 #
 # ## The launch-latency floor
 #
@@ -613,20 +612,18 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
 # kernel's GPU time (the table's "x the 1-element add" column), and its time grows far more
 # slowly than the size: the GPU is not busy with the data but with launching kernels, each on
 # a grid too small to fill the GPU.
-# Eager mode launches a kernel per operator; `torch.compile` launches fewer for the
-# element-wise losses, but not for cross-entropy (three kernels against eager's two in the
-# profiler output above). `kernels.bench.time_ms` keeps the GPU
-# queued ahead of the host (a buffer clear and a short sleep before each call), so these are
-# GPU times: the host's own work per call comes on top in a real loop (the 1-element add took
-# several times its GPU time from call to result, above), and for `torch.compile` it includes
-# Dynamo's checks that the inputs still match the compiled shapes and Inductor's wrapper.
-# Eager and compiled MSE and Smooth L1 reach half of their best at the same size (the tables
-# above). Compiled Hinge and
-# cross-entropy need larger inputs for that than eager mode does (the table). Below
-# the crossing, making a kernel faster changes little; what counts there is the number of
-# launches and the work done per call. (The compiled curves are
-# measured at every other size, so their crossing points are known only to within a factor
-# of 16.)
+# Eager mode launches a kernel per operator; `torch.compile` launches fewer for the element-wise
+# losses, but not for cross-entropy (three kernels against eager's two in the profiler output
+# above). `kernels.bench.time_ms` keeps the GPU queued ahead of the host (a buffer clear and a
+# short sleep before each call), so these are GPU times: the host's own work per call comes on top
+# in a real loop (the 1-element add took several times its GPU time from call to result, above),
+# and for `torch.compile` it includes Dynamo's checks that the inputs still match the compiled
+# shapes and Inductor's wrapper. Eager and compiled MSE and Smooth L1 reach half of their best at
+# the same measured size (the tables above). Compiled Hinge needs larger inputs for that than
+# eager mode does; for compiled cross-entropy the table cannot tell, as it is not measured at the
+# size where eager crosses. Below the crossing, making a kernel faster changes little; what counts
+# there is the number of launches and the work done per call. (The compiled curves are measured at
+# every other size, so their crossing points are known only to within a factor of 16.)
 #
 # ## Accuracy: the bar PyTorch sets
 #
@@ -675,8 +672,8 @@ print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.
       "float32's unit roundoff")
 
 # %% [markdown]
-# The sequential sum loses digits as soon as the running sum dwarfs the terms: its error is
-# many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while that of
+# The sequential sum loses digits as soon as the running sum dwarfs the terms: its error grows
+# to many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while that of
 # `torch.sum` on the CPU (the table's last column) stays near or below it. PyTorch's GPU
 # reduction over $2^{30}$ elements, measured above, sets the bar for the rest of the course:
 # our float32 kernels must agree with the float64 reference at least as well as PyTorch's own

@@ -332,8 +332,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 # version 3 far faster than version 2 except at the largest size,
 # where its lead shrinks. From version 3 to version 4 the gain depends on the size: version 4 is
 # ahead in the middle of the range, and the two are close at the smallest sizes and level at
-# the largest ones, where the atomics no longer matter. At the two largest sizes both stay a
-# few percent below `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead
+# the largest ones, where the atomics no longer matter. At the two largest sizes both stay
+# several percent below `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead
 # of every version at every size, and version 4 comes closest from $2^{24}$ to $2^{26}$
 # elements, within a few percent of it (the table above).
 # What remains between the best version and

@@ -339,14 +339,15 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "ms
 # The step column says what each fix is worth on this GPU; compare it with Harris's 2007
 # measurements {cite}`harris2007reduction`. On this GPU the ladder does not climb at every
 # step: version 2 is *slower* than version 1 (a step speed-up below 1), and version 3 only wins
-# that back, ending a few percent ahead of version 1. For a loss that reads two large inputs the
-# tree is a small part of the work: the large gains come from the steps that change how memory
-# is read, version 4's two loads per thread and version 6's wide loads and resident grid, with
-# a smaller one from version 5's shuffle tail. Version 6 comes close to the read bandwidth at
-# the largest sizes and is just behind `torch.compile`, within a few percent, from $2^{24}$
-# elements up; below that it is further behind, where its three launches per call weigh more
-# than `torch.compile`'s. At small sizes all six versions are close to
-# one another: they are bound by launches (three per call), which chapter 4 reduces.
+# that back, ending slightly ahead of version 1. For a loss that reads two large inputs the tree
+# is a small part of the work: the gains that last come from the steps that change how memory is
+# read, version 4's two loads per thread and version 6's wide loads and resident grid, with a
+# smaller one from version 5's shuffle tail; version 3's step, as large as these, mostly wins
+# back what version 2 lost. Version 6 comes close to the read bandwidth at the largest sizes and
+# is just behind `torch.compile`, within a few percent, from $2^{24}$ elements up; below that it
+# is further behind, where its three launches per call weigh more than `torch.compile`'s. At
+# small sizes the six versions are within a sixth of one another: they are bound by launches
+# (three per call), which chapter 4 reduces.
 # Smooth L1 and Hinge with the same kernel:
 
 # %% tags=["nbval-ignore-output"]

@@ -55,9 +55,10 @@ def at(loss, provider, shape):
 # :class: dropdown
 # ```
 #
-# The profiler lists **two** kernels for eager Smooth L1 (at $2^{30}$ elements each is launched
-# twice, on the two halves of the tensor, and the mean is preceded by a tiny memset): an
-# element-wise kernel that computes the loss of every element into a temporary, and the mean. (`smooth_l1_loss` is one ATen
+# Eager Smooth L1 runs **two** kernels that move data, and a tiny memset before the mean, which
+# the profiler's count below includes (at $2^{30}$ elements each of the two is launched twice,
+# on the two halves of the tensor): an element-wise kernel that computes the loss of every
+# element into a temporary, and the mean. (`smooth_l1_loss` is one ATen
 # operator, but inside it writes the per-element losses to a full-size tensor and then calls
 # `mean` on it.) With $n$ float32 elements:
 #

@@ -237,20 +237,20 @@ if counters:
 # The count holds: per value the two dtypes cost about the same (the last lines; the per-value
 # count above was low, as the shared-memory loads, the loop, the address arithmetic and the
 # block reductions come on top), so per byte bf16 executes about twice the instructions of
-# fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs well under
-# half its peak (the MUFU line above), the FMA pipes lower, and the SM issues well under the four instructions
-# per cycle it could. The extra instructions lengthen each block's computing phase between its
-# copies and its stores; with 6 or 7 small blocks per SM (128 threads, about 32 KB of shared
-# memory each: chapter 7's Nsight Compute table) other blocks keep copying meanwhile, and DRAM
-# stays about as busy for bf16 as for fp32. With 256-thread blocks, the kernel's first form,
-# the gaps showed: the bf16 step was clearly slower than with today's 128-thread blocks, and
-# than the fp32 step (the kernel's header and `bench/PERFLOG.md` have the times). Fewer instructions per value still help bf16: the
-# gradient pass first tested every value against the target, a fifth of its instructions in
-# bf16 (`bench/PERFLOG.md`); it now writes its vectors without the test and stores the target's
-# value once more afterwards, which made the bf16 step a little faster (`bench/PERFLOG.md` has
-# the before and after; chapter 7's target table the current time). Next would be packed bf16x2
-# conversions, or the exponentials of the
-# sum pass kept for the gradient pass.
+# fp32, and keeps the MUFU unit about twice as busy. But no pipe is full: MUFU runs under half its
+# peak (the MUFU line above), the FMA pipes lower, and the SM issues well under the four
+# instructions per cycle it could. The extra instructions lengthen each block's computing phase
+# between its copies and its stores; with 6 or 7 small blocks per SM (128 threads, about 32 KB of
+# shared memory each: chapter 7's Nsight Compute table) other blocks keep copying meanwhile, and
+# DRAM stays about as busy for bf16 as for fp32. With 256-thread blocks, the kernel's first form,
+# the gaps showed: the bf16 step was clearly slower than with today's 128-thread blocks, and than
+# the fp32 step (the kernel's header and `bench/PERFLOG.md` have the times). Fewer instructions
+# per value still help bf16: the gradient pass first tested every value against the target, a
+# fifth of its instructions in bf16 (`bench/PERFLOG.md`); it now writes its vectors without the
+# test and stores the target's value once more afterwards, which made the bf16 step a little
+# faster (`bench/PERFLOG.md` has the before and after; chapter 7's target table the current time).
+# Next would be packed bf16x2 conversions, or the exponentials of the sum pass kept for the
+# gradient pass.
 #
 # ```{solution-end}
 # ```
@@ -306,9 +306,10 @@ for rows in (8, 32, 128, 512, 1024):
           f"{theirs.gbps:5.0f} GB/s: {theirs.ms / mine.ms:.2f}x")
 
 # %% [markdown]
-# Splitting pays while the rows are fewer than the SMs: version 4's forward then leaves SMs
-# idle. From about 128 rows on every SM has a row, and the split's second launch and its pairs
-# make it up to several percent slower instead: a launcher would split only few rows. Even
+# Splitting pays while the rows are far fewer than the SMs (8 and 32 rows here): version 4's
+# forward then leaves SMs idle. From about 128 rows on nearly every SM has a row, and the split's
+# second launch and its pairs make it slower instead, by up to about a tenth: a launcher would
+# split only few rows. Even
 # split, 32 rows stay far from the read bandwidth: at full speed their 32 MB would take only a
 # few kernel launches' worth of time, so a kernel's start and the second launch weigh on the
 # whole (chapter 1's launch overhead).

@@ -85,8 +85,8 @@ print(f"({size})\n{mine.verdict}")
 
 # %% [markdown]
 # It reads the 4 GiB of predictions once, like the course's operator and `torch.compile`'s
-# fused kernel, and runs within a few percent of both (the verdict line above says which way in
-# this run): at the bandwidth bound little is left to win, and what is left is the host's time
+# fused kernel, and runs within a few percent of the fused kernel (the verdict line above says
+# which way in this run): at the bandwidth bound little is left to win, and what is left is the host's time
 # to launch, which chapter 9's two timings separate.
 #
 # ```{solution-end}

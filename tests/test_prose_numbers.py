@@ -101,7 +101,7 @@ ALLOWED = {
     "| 30.1 | 4.3 | 7x |": "chapter 9's table of bytes moved, from the shapes (a prediction)",
     "| 1.07 | 0.54 | 2x |": "chapter 9's table of bytes moved, from the shapes (a prediction)",
     "one input of 4.3 GB, 0.54 GB for the logits": "32768^2 and 32768 x 4096 float32 values",
-    "we expect about 1x, and no more": "the prediction from bytes: one pass each",
+    "we expect about 1x for the element-wise losses": "the prediction from bytes: one pass each",
     "reads the 4 GiB of predictions once": "2^30 float32 values",
 }
 
