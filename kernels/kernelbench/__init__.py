@@ -95,8 +95,8 @@ from .entries import COURSE_ENTRIES, CourseCrossEntropy, CourseHinge, CourseHube
 from .evaluate import COVERAGE_TRIALS, evaluate, model_from_source
 from .isolated import evaluate_isolated
 from .problems import (COMMIT, CORRECT_TRIALS, PROBLEMS, SEED, SPIKES, TOLERANCES, UPSTREAM,
-                       KernelBenchError, Model94, Model95, Model96, Model100, Problem, get_problem,
-                       problems_table, sized_for, trial_seeds)
+                       ExactDraws, KernelBenchError, Model94, Model95, Model96, Model100, Problem,
+                       get_problem, problems_table, sized_for, trial_seeds)
 from .report import Result, fast_p, rows, table
 from .static import Finding, check_model, check_source
 from .timing import (DISCARD_FIRST, FLUSH_BYTES, PERF_TRIALS, WARMUP_NEW, WARMUP_REFERENCE, Timing,
