@@ -396,7 +396,7 @@ class ExactDraws:
     needed (a failed trial ends the evaluation) and waits for what is running, so that no draw
     runs beside a timing."""
 
-    def __init__(self, problem: "Problem", seeds, workers: int | None = None):
+    def __init__(self, problem: Problem, seeds, workers: int | None = None):
         self.problem, self.order = problem, list(seeds)
         self.workers = draw_workers(problem, len(self.order)) if workers is None else workers
         self.pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
@@ -424,7 +424,7 @@ class ExactDraws:
             self.pool, self.ahead, self.order = None, [], []
 
 
-def draw_workers(problem: "Problem", draws: int) -> int:
+def draw_workers(problem: Problem, draws: int) -> int:
     """Threads for ``draws`` CPU draws of ``problem``'s inputs: one per draw, leaving a core free,
     as many as the host's available memory holds twice over (a draw's inputs, and the transients
     of the draw and of its copy to the GPU). 1, drawing one at a time, where it holds less: a
