@@ -106,14 +106,14 @@ def test_inputs_drawn_ahead_in_threads_are_the_exact_inputs(workers):
 
 
 def test_the_draws_ahead_fit_the_hosts_memory(monkeypatch):
-    from kernels.kernelbench import problems
+    from kernels.kernelbench import draws
     full = kb.PROBLEMS[94]  # 8 GiB of inputs
-    monkeypatch.setattr(problems.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(draws.os, "cpu_count", lambda: 16)
     for available, workers in ((12 << 30, 1), (40 << 30, 2), (200 << 30, 6), (0, 1)):
-        monkeypatch.setattr(problems, "available_host_memory", lambda: available)
-        assert problems.draw_workers(full, 6) == workers
-    monkeypatch.setattr(problems.os, "cpu_count", lambda: 2)
-    assert problems.draw_workers(small(94), 6) == 1  # a core left free
+        monkeypatch.setattr(draws, "available_host_memory", lambda: available)
+        assert draws.draw_workers(full, 6) == workers
+    monkeypatch.setattr(draws.os, "cpu_count", lambda: 2)
+    assert draws.draw_workers(small(94), 6) == 1  # a core left free
 
 
 def test_kernelbench_constants():

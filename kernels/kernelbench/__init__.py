@@ -91,12 +91,13 @@ from .cheats import ISOLATED_ONLY, Cheat, cheats
 from .checks import (EXCESSIVE_SPEEDUP, HIDDEN_FRACTION, HIDDEN_MS, check_against_float64,
                      check_inputs_unchanged, check_not_constant, check_output, check_recomputes,
                      check_timed_stream, excessive_speedup_note)
+from .draws import ExactDraws
 from .entries import COURSE_ENTRIES, CourseCrossEntropy, CourseHinge, CourseHuber, CourseMSE, course_ops
 from .evaluate import COVERAGE_TRIALS, evaluate, model_from_source
 from .isolated import evaluate_isolated
 from .problems import (COMMIT, CORRECT_TRIALS, PROBLEMS, SEED, SPIKES, TOLERANCES, UPSTREAM,
-                       ExactDraws, KernelBenchError, Model94, Model95, Model96, Model100, Problem,
-                       get_problem, problems_table, sized_for, trial_seeds)
+                       KernelBenchError, Model94, Model95, Model96, Model100, Problem, get_problem,
+                       problems_table, sized_for, trial_seeds)
 from .report import Result, fast_p, rows, table
 from .static import Finding, check_model, check_source
 from .timing import (DISCARD_FIRST, FLUSH_BYTES, PERF_TRIALS, WARMUP_NEW, WARMUP_REFERENCE, Timing,

@@ -14,8 +14,9 @@ from . import static
 from .checks import (check_against_float64, check_inputs_unchanged, check_not_constant,
                      check_output, check_recomputes, check_timed_stream, excessive_speedup_note,
                      synchronize)
-from .problems import CORRECT_TRIALS, SEED, SPIKES, TOLERANCES, ExactDraws, KernelBenchError, \
-    Problem, get_problem, sized_for, trial_seeds
+from .draws import ExactDraws
+from .problems import CORRECT_TRIALS, SEED, SPIKES, TOLERANCES, KernelBenchError, Problem, \
+    get_problem, sized_for, trial_seeds
 from .report import Result
 from .timing import WARMUP_NEW, WARMUP_REFERENCE, gpu_only_ms, time_trials
 
