@@ -90,6 +90,32 @@ def test_trial_seeds_are_run_and_check_correctness_seeds():
     assert kb.trial_seeds(42, 3) == upstream[:3]
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_inputs_drawn_ahead_in_threads_are_the_exact_inputs(workers):
+    problem, seeds = small(94), kb.trial_seeds() + [kb.SEED]
+    draws = kb.ExactDraws(problem, seeds, workers=workers)
+    asked = seeds[:2] + [12345] + seeds[3:] + [seeds[2]]  # one seed not in the order, one late
+    try:
+        for seed in asked:
+            assert all(torch.equal(a, b) for a, b in zip(draws(seed), problem.get_inputs(seed)))
+            assert len(draws.ahead) <= workers
+    finally:
+        draws.close()
+    assert draws.pool is None and not draws.ahead and not draws.order
+    draws.close()  # twice is harmless
+
+
+def test_the_draws_ahead_fit_the_hosts_memory(monkeypatch):
+    from kernels.kernelbench import draws
+    full = kb.PROBLEMS[94]  # 8 GiB of inputs
+    monkeypatch.setattr(draws.os, "cpu_count", lambda: 16)
+    for available, workers in ((12 << 30, 1), (40 << 30, 2), (200 << 30, 6), (0, 1)):
+        monkeypatch.setattr(draws, "available_host_memory", lambda: available)
+        assert draws.draw_workers(full, 6) == workers
+    monkeypatch.setattr(draws.os, "cpu_count", lambda: 2)
+    assert draws.draw_workers(small(94), 6) == 1  # a core left free
+
+
 def test_kernelbench_constants():
     assert (kb.CORRECT_TRIALS, kb.SEED, kb.WARMUP_NEW, kb.WARMUP_REFERENCE, kb.DISCARD_FIRST) == (5, 42, 3, 5, 1)
     assert kb.TOLERANCES == {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}

@@ -91,6 +91,7 @@ from .cheats import ISOLATED_ONLY, Cheat, cheats
 from .checks import (EXCESSIVE_SPEEDUP, HIDDEN_FRACTION, HIDDEN_MS, check_against_float64,
                      check_inputs_unchanged, check_not_constant, check_output, check_recomputes,
                      check_timed_stream, excessive_speedup_note)
+from .draws import ExactDraws
 from .entries import COURSE_ENTRIES, CourseCrossEntropy, CourseHinge, CourseHuber, CourseMSE, course_ops
 from .evaluate import COVERAGE_TRIALS, evaluate, model_from_source
 from .isolated import evaluate_isolated

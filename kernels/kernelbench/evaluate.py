@@ -14,6 +14,7 @@ from . import static
 from .checks import (check_against_float64, check_inputs_unchanged, check_not_constant,
                      check_output, check_recomputes, check_timed_stream, excessive_speedup_note,
                      synchronize)
+from .draws import ExactDraws
 from .problems import CORRECT_TRIALS, SEED, SPIKES, TOLERANCES, KernelBenchError, Problem, \
     get_problem, sized_for, trial_seeds
 from .report import Result
@@ -167,20 +168,32 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
         model = None
     reference = problem.model().to(device=device, dtype=precision)
 
+    seeds = trial_seeds(seed, trials)
+    # The trials' exact inputs, then the timed ones, drawn ahead on the CPU (ExactDraws).
+    draws = ExactDraws(problem, seeds + [seed] * bool(measure)) if exact_inputs else None
+
     def inputs_for(seed_):
-        if exact_inputs:
-            return _on_device(problem.get_inputs(seed_), device, precision)
+        if draws is not None:
+            return _on_device(draws(seed_), device, precision)
         generator = torch.Generator(device=device).manual_seed(seed_)
         return _on_device(problem.make_inputs(problem.sizes, generator, device), device, precision)
 
-    if not failures:
-        # The last trial's inputs go straight to _beyond, which frees them before its last step.
-        last = _correctness(model, reference, inputs_for, trial_seeds(seed, trials), result, fail, say)
-        _beyond(model, reference, problem, last, device, precision, seed, fail, say)
-        if last is not None:
-            _hidden_inputs(model, problem, device, precision, secret, fail, say)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    try:
+        if not failures:
+            # The last trial's inputs go straight to _beyond, which frees them before its last
+            # step.
+            last = _correctness(model, reference, inputs_for, seeds, result, fail, say)
+            _beyond(model, reference, problem, last, device, precision, seed, fail, say)
+            if last is not None:
+                _hidden_inputs(model, problem, device, precision, secret, fail, say)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        timed = None  # as in KernelBench, only a ModelNew that passed its trials is timed
+        if measure and result.kernelbench_passed and not failures.get("runs"):
+            timed = inputs_for(seed)
+    finally:
+        if draws is not None:
+            draws.close()  # nothing drawn beside the timing
     result.failures = [(check + (f" (trial{'s' * (len(where) > 1)} {', '.join(map(str, where))})"
                                  if where else ""), why) for check, (why, where) in failures.items()]
     failed = [str(f) for f in findings if f.severity == "failure"]
@@ -189,8 +202,8 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
     result.notes += [f"static warning, {f}" for f in findings if f.severity == "warning"]
     if unreadable:
         result.notes.append(f"static checks skipped: {unreadable}")
-    if measure and result.kernelbench_passed and not failures.get("runs"):
-        _measure(problem, model, reference, inputs_for(seed), result, perf_trials, precision, say)
+    if timed is not None:
+        _measure(problem, model, reference, timed, result, perf_trials, precision, say)
     return result
 
 

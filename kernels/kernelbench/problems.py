@@ -74,11 +74,11 @@ class Model100(torch.nn.Module):
 # --- get_inputs(), and refilling the same tensors with new draws --------------------------------
 
 def _regression_inputs(sizes, generator, device="cpu"):
-    """94 and 96: ``scale = torch.rand(())`` first, then predictions ``rand * scale`` and targets
-    ``rand``, both (batch_size, dim): values in [0, 1), so |p - t| < 1 always."""
+    """94 and 96: ``scale = torch.rand(())``, predictions ``rand * scale`` (scaled in place: the
+    same products) and targets ``rand``, both (batch_size, dim): in [0, 1), so |p - t| < 1."""
     shape = (sizes["batch_size"], sizes["dim"])
     scale = torch.rand((), generator=generator, device=device)
-    return [torch.rand(shape, generator=generator, device=device) * scale,
+    return [torch.rand(shape, generator=generator, device=device).mul_(scale),
             torch.rand(shape, generator=generator, device=device)]
 
 
