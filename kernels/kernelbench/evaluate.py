@@ -180,8 +180,7 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
 
     try:
         if not failures:
-            # The last trial's inputs go straight to _beyond, which frees them before its last
-            # step.
+            # The last trial's inputs go to _beyond, which frees them before its last step.
             last = _correctness(model, reference, inputs_for, seeds, result, fail, say)
             _beyond(model, reference, problem, last, device, precision, seed, fail, say)
             if last is not None:
