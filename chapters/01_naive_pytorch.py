@@ -668,7 +668,7 @@ for k in (12, 16, 20, 24):
 display(Markdown("\n".join(lines)))
 worst = max(abs(sequential[(1 << k) - 1] - exact[(1 << k) - 1]) / exact[(1 << k) - 1]
             for k in (16, 20, 24))
-print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.0f}x "
+print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2**-24:.0f}x "
       "float32's unit roundoff")
 
 # %% [markdown]
