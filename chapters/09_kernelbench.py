@@ -374,11 +374,11 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 # (cross-entropy, below, is the exception). Being as fast as the compiler is the best a
 # memory-bound kernel can do once the compiler reads its inputs once.
 #
-# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per 2^30 values; several draws
-# at once, in threads, where the host's memory holds them: `kernelbench.ExactDraws`), 5 trials,
-# every check, 100 timed calls of each program, each entry in a process of its own. Where the
-# GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the problem
-# runs at half its size in each dimension, or less, and the output says so.
+# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per 2^30 values; several
+# draws at once, in threads, where the host's memory holds them: `kernelbench.ExactDraws`), 5
+# trials, every check, 100 timed calls of each program, each entry in a process of its own. Where
+# the GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the
+# problem runs at half its size in each dimension, or less, and the output says so.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import bench
