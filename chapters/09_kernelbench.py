@@ -67,10 +67,10 @@ Markdown(kernelbench.problems_table())
 #
 # Three things in these files matter for a kernel writer.
 #
-# **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: 2^30 values,
+# **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: $2^{30}$ values,
 # 4 GiB per tensor. The eager reference of problem 94 writes two more such tensors for its
-# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times
-# its inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
+# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times its
+# inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
 #
 # **Hinge's labels belong to columns.** Problem 100's targets have shape (32768,) and its
 # predictions (32768, 32768). PyTorch broadcasts from the right, so element $[i, j]$ is paired
@@ -245,7 +245,7 @@ print(side.verdict)
 # ## What the leaderboards learned
 #
 # KernelBench's trials draw every input from one i.i.d. distribution, and that is a weakness of
-# its own: on 2^30 such values the mean of every other row and every fourth column is within
+# its own: on $2^{30}$ such values the mean of every other row and every fourth column is within
 # `1e-4` of the mean of all of them. A `ModelNew` that reads an eighth of the bytes passes
 # KernelBench's trials for problems 94, 96 and 100, and ours as they stood for 96 and 100 (for
 # 94 the trial beyond KernelBench's inputs catches it too, below). The public
@@ -374,11 +374,12 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 # (cross-entropy, below, is the exception). Being as fast as the compiler is the best a
 # memory-bound kernel can do once the compiler reads its inputs once.
 #
-# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per 2^30 values; several
-# draws at once, in threads, where the host's memory holds them: `kernelbench.ExactDraws`), 5
-# trials, every check, 100 timed calls of each program, each entry in a process of its own. Where
-# the GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the
-# problem runs at half its size in each dimension, or less, and the output says so.
+# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per $2^{30}$ values;
+# several draws at once, in threads, where the host's memory holds them:
+# `kernelbench.ExactDraws`), 5 trials, every check, 100 timed calls of each program, each entry in
+# a process of its own. Where the GPU's free memory cannot hold an evaluation at KernelBench's
+# size (a Colab T4, say), the problem runs at half its size in each dimension, or less, and the
+# output says so.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import bench
