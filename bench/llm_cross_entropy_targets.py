@@ -14,8 +14,9 @@ Side by side on the same inputs, in one process:
    fused linear cross-entropies of other projects that are installed
    (``llm_head.other_fused_heads``) and ``kernels.ops.llm_head.linear_cross_entropy``; time and
    the peak memory beyond the inputs, the weight and their gradients. The target's ratio,
-   course / compile, is the median of five turns that time the two steps one after the other
-   (one measurement each moved it by several percent from run to run: bench/PERFLOG.md).
+   course / compile, is the median of fifteen turns that time the two steps one after the
+   other (one measurement each moved it by several percent from run to run, and the median of
+   five by one to two percent, about the head's margin: bench/PERFLOG.md).
 Writes book/results/llm_cross_entropy.csv (time, GB/s) and book/results/llm_head.csv (time,
 memory).
 """
@@ -77,9 +78,10 @@ def time_ce(providers, shape, dtype, backward, reps=30):
 # --- the LM head ------------------------------------------------------------------------------
 
 COURSE_HEAD = "fused linear + CE (course)"
+HEAD_TURNS = 15  # bench/PERFLOG.md, 2026-11-27: medians of five turns 0.989-1.011 in one run
 
 
-def head_ratio_in_turns(providers: dict, inputs, turns: int = 5) -> float:
+def head_ratio_in_turns(providers: dict, inputs, turns: int = HEAD_TURNS) -> float:
     """The course's step time / torch.compile's: the median over ``turns`` of the two steps
     timed one after the other (``bench.in_turns``), so a drift of the clock falls on both."""
     steps = {name: bench.training_step(providers[name]) for name in (COURSE_HEAD, "compile")}
@@ -138,7 +140,7 @@ def main(with_head=True):
             print(f"  {name:<28} {ms:8.2f} ms  {extra:6.2f} GiB beyond inputs, weight, grads")
         if (tokens, COURSE_HEAD) in head and (tokens, "compile") in head:
             in_turns[tokens] = head_ratio_in_turns(providers, head_inputs(tokens, hidden, vocab))
-            print(f"  course / compile, median of 5 turns: {in_turns[tokens]:.3f}")
+            print(f"  course / compile, median of {HEAD_TURNS} turns: {in_turns[tokens]:.3f}")
     if with_head:
         results.save_table(head_rows, "llm_head")
 

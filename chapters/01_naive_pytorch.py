@@ -436,12 +436,12 @@ print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
       f"{100 * ce['gbps'] / peak:.0f}% of the read bandwidth")
 
 # %% [markdown]
-# For the element-wise losses, compare the two ratios: the time ratio follows the byte ratio
-# when both versions run at the bandwidth (Hinge's eager version is a little slower than its
-# bytes predict: see its broadcasting multiply in the profiler output). "Bytes moved" is a model, not a law: where the
-# compiled kernel does not itself reach the read bandwidth (the tables below give its GB/s,
-# and cross-entropy is the case to look at), the ratio of times is smaller than the ratio of
-# bytes. Chapter 5 writes a cross-entropy kernel that comes much closer to it.
+# For the element-wise losses, compare the two ratios: the time ratio follows the byte ratio when
+# both versions run at the bandwidth (Hinge's eager version is a little slower than its bytes
+# predict: see its broadcasting multiply in the profiler output). "Bytes moved" is a model, not a
+# law: where the compiled kernel does not itself reach the read bandwidth (the tables below give
+# its GB/s, and cross-entropy is the case to look at), the ratio of times is smaller than the
+# ratio of bytes. Chapter 5 writes a cross-entropy kernel that comes much closer to it.
 #
 # ## The roofline: why FLOPs do not matter
 #
@@ -668,7 +668,7 @@ for k in (12, 16, 20, 24):
 display(Markdown("\n".join(lines)))
 worst = max(abs(sequential[(1 << k) - 1] - exact[(1 << k) - 1]) / exact[(1 << k) - 1]
             for k in (16, 20, 24))
-print(f"from 2^16 terms on, the sequential sum's error reaches {worst / 2**-24:.0f}x "
+print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2**-24:.0f}x "
       "float32's unit roundoff")
 
 # %% [markdown]

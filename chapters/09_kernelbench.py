@@ -67,10 +67,10 @@ Markdown(kernelbench.problems_table())
 #
 # Three things in these files matter for a kernel writer.
 #
-# **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: 2^30 values,
+# **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: $2^{30}$ values,
 # 4 GiB per tensor. The eager reference of problem 94 writes two more such tensors for its
-# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times
-# its inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
+# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times its
+# inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
 #
 # **Hinge's labels belong to columns.** Problem 100's targets have shape (32768,) and its
 # predictions (32768, 32768). PyTorch broadcasts from the right, so element $[i, j]$ is paired
@@ -165,7 +165,7 @@ show_source("kernelbench/timing.py", "def time_trials",
 # | zero the inputs, return zero (KernelBench's `zero_out_kernel`) | fail (value) | `check_inputs_unchanged`: the inputs equal copies taken before the call |
 # | return the right answer, then change an input | **pass** | `check_inputs_unchanged` |
 # | return an output never written (`result_reuse_kernel`) | fail, if the memory held no answer | the allocator's free memory is filled with NaN before each call |
-# | cache the result by the inputs' addresses or shape | fail, if addresses change | `check_recomputes`: new values in the same tensors must give the new loss |
+# | cache the result by the inputs' addresses or shape | **pass** when the allocator hands back the same addresses, fail when they change | `check_recomputes`: new values in the same tensors must give the new loss |
 # | run on a stream of its own (`non_default_stream_kernel`) | **pass**, very fast | `check_timed_stream`, below |
 # | half the squared error for Huber, no clamp, no max | **pass** | one more trial with inputs outside KernelBench's distribution |
 # | the mean of a subsample: every other row | **pass** at KernelBench's size | coverage trials, below |
@@ -245,7 +245,7 @@ print(side.verdict)
 # ## What the leaderboards learned
 #
 # KernelBench's trials draw every input from one i.i.d. distribution, and that is a weakness of
-# its own: on 2^30 such values the mean of every other row and every fourth column is within
+# its own: on $2^{30}$ such values the mean of every other row and every fourth column is within
 # `1e-4` of the mean of all of them. A `ModelNew` that reads an eighth of the bytes passes
 # KernelBench's trials for problems 94, 96 and 100, and ours as they stood for 96 and 100 (for
 # 94 the trial beyond KernelBench's inputs catches it too, below). The public
@@ -374,11 +374,12 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 # (cross-entropy, below, is the exception). Being as fast as the compiler is the best a
 # memory-bound kernel can do once the compiler reads its inputs once.
 #
-# The run: KernelBench's exact inputs, drawn on the CPU (about 6 s per 2^30 values; several draws
-# at once, in threads, where the host's memory holds them: `kernelbench.ExactDraws`), 5 trials,
-# every check, 100 timed calls of each program, each entry in a process of its own. Where the
-# GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the problem
-# runs at half its size in each dimension, or less, and the output says so.
+# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per $2^{30}$ values;
+# several draws at once, in threads, where the host's memory holds them:
+# `kernelbench.ExactDraws`), 5 trials, every check, 100 timed calls of each program, each entry in
+# a process of its own. Where the GPU's free memory cannot hold an evaluation at KernelBench's
+# size (a Colab T4, say), the problem runs at half its size in each dimension, or less, and the
+# output says so.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import bench
@@ -450,7 +451,8 @@ for r in course:
 # KernelBench also reports the speed-up over `torch.compile`.
 #
 # Against `torch.compile` the two timings can tell different stories (in this run they do for
-# Hinge), and the second line of each problem says which (level means within 3%).
+# all three element-wise losses), and the second line of each problem says which (level means
+# within 3%).
 # Cross-entropy is ahead in both: `torch.compile`'s kernel for rows of 4096 logits takes longer
 # than ours, which keeps a row in registers and reads it once. Under KernelBench's rule every
 # call starts on an idle GPU, so the host's work to launch a program counts wherever it
@@ -462,12 +464,12 @@ for r in course:
 # For the element-wise losses, on the GPU alone the course's three kernels and the compiler's
 # are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
 # KernelBench's rule the difference between the table's two columns counts as well: the host's
-# time to launch a program beyond the L2 flush queued ahead of it. In this run it is largest
-# for the course's Hinge, smaller for the course's MSE and Huber and for the compiled programs,
-# and smallest for eager, and it moves from run to run by about as much as the programs
-# differ, so the rule's standings of these three problems
-# (the lines above) change between runs: in this run Hinge is behind and the other two level; in
-# earlier runs (`bench/PERFLOG.md`) MSE was ahead in one and behind in another.
+# time to launch a program beyond the L2 flush queued ahead of it. It is smallest for eager;
+# for the course's operators and the compiled programs it ranges in this run from about a
+# twentieth to about a quarter of a millisecond, and it moves from run to run by about as much
+# as the programs differ, so the rule's standings of these three problems (the lines above)
+# change between runs: in this run MSE is ahead and Huber and Hinge are behind; in earlier runs
+# (`bench/PERFLOG.md`) MSE was level or behind, and Huber level.
 # Timed on the host with the GPU kept busy, one call of a course operator takes about as long
 # as the flush itself, most of it in the op's own call: dispatch, allocations, two launches
 # (`bench/PERFLOG.md` has the profile). Where the margin is a few percent, either way, the

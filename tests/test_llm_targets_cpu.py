@@ -31,4 +31,4 @@ def test_the_heads_ratio_pairs_each_turns_two_steps(monkeypatch):
     ratio = targets.head_ratio_in_turns(providers, ("h", "w", "t"))
     assert ratio == pytest.approx(1.0)
     assert timed == {"names": [targets.COURSE_HEAD, "compile"], "arg_sets": [("h", "w", "t")],
-                     "turns": 5}
+                     "turns": targets.HEAD_TURNS}
