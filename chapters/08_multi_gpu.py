@@ -44,16 +44,18 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 
 # %%
 import json
+import re
 
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import Markdown
 
-from kernels import plot, ranks, results
-from kernels.chapter import launch_or_stored
+from kernels import plot, results
+from kernels.course.chapter import launch_or_stored
 from kernels.exercises.ch8_checks import check_one_collective
-from kernels.notebook import show_source
-from kernels.vocab_parallel import cross_entropy, shard_bounds
+from kernels.ops import ranks
+from kernels.course.notebook import show_source
+from kernels.ops.vocab_parallel import cross_entropy, shard_bounds
 
 # %% [markdown]
 # ## One process per GPU
@@ -76,28 +78,26 @@ show_source("ops/ranks.py", "def launch(", "        return {**json.loads")
 show_source("ops/ranks.py", "class Context:", "    def say(")
 
 # %% [markdown]
-# NCCL can also reduce inside an NVSwitch, with NVLink *multicast* (NVLS). This chapter keeps it
-# off, so its numbers are those of NCCL's ring and tree algorithms, which every NVLink machine
-# has: `launch` sets `NCCL_NVLS_ENABLE=0`, `TORCH_SYMM_MEM_DISABLE_MULTICAST=1` and
-# `NVSHMEM_DISABLE_NVLS=1` in every process it starts (`MULTICAST_OFF` in
-# `kernels/ops/vocab_parallel.py`), and the check below reports it from every rank. On an
-# NVSwitch machine of your own, empty `MULTICAST_OFF` to let NCCL choose NVLS and compare. The
-# GPUs of this run:
+# NVLink multicast (NVLS) stays off: `launch` sets `MULTICAST_OFF` (`NCCL_NVLS_ENABLE=0` and two
+# more, in `kernels/ops/vocab_parallel.py`) in every process, so the numbers are NCCL's ring's and
+# tree's.
+#
+# The check below reports the setting from every rank; on an NVSwitch machine of your own, empty
+# `MULTICAST_OFF` to let NCCL choose NVLS and compare. The GPUs of this run:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 GPUS = torch.cuda.device_count()
 for i in range(GPUS):
     print(f"GPU {i}: {torch.cuda.get_device_name(i)}")
-print(subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
-      .split("\n\n")[0])
+topology = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
+print(re.sub(r"\x1b\[[0-9;]*m", "", topology).split("\n\n")[0])  # without the underline codes
 if GPUS < 2:
     print("One GPU: the cells below that need two show the stored runs of two NVIDIA H200\n"
           "GPUs (book/results/ch8_*.json), and say so; the CPU cells run here.")
 
 # %% [markdown]
-# This run had one GPU, so its matrix has a single row. Two H100 or H200 GPUs of one NVLink
-# machine show `NV18` between them in that matrix: 18 NVLink links, 450 GB/s each way by
-# NVIDIA's figures, against 4.8 TB/s from each GPU's own memory on an H200 (3.35 TB/s on an
+# Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18 NVLink
+# links, 450 GB/s each way by NVIDIA's figures, against 4.8 TB/s from each GPU's own memory on an H200 (3.35 TB/s on an
 # H100). Moving logits between GPUs would cost seven to eleven times more than reading them;
 # the statistics of a row cost nothing.
 #
@@ -270,7 +270,7 @@ plt.show()
 # %% [markdown]
 # Splitting the vocabulary over two GPUs nearly halves the step: each GPU reads and writes
 # half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 of the same
-# two-GPU run (the stored one, where this run had one GPU; GPU time per step, µs):
+# runs (GPU time per step, µs; on a machine with one GPU, the stored runs of two):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 table = ["| run | shape | shard_stats | GB/s | shard_grad | GB/s | NCCL | other "
@@ -320,6 +320,89 @@ Markdown("\n".join(table))
 # Keeping the shard on chip would need the exchange inside the kernel, which this chapter does
 # not do.
 #
+# ## From one GPU to four
+#
+# `bench/vocab_parallel_scaling.py` runs both losses of this chapter on 1, 2 and 4 GPUs of one
+# machine, each count a `torchrun` of its own, and keeps the rows in
+# `book/results/ch8_scaling.csv` with the GPU count and model in each. The vocab-parallel step
+# keeps its rows and splits its vocabulary: each GPU holds $1/R$ of every row. The exact mean
+# keeps 4096 rows on every GPU: more GPUs, more rows (weak scaling). The right panel counts what
+# each rank sends on the link for one row, by the ring algorithms' formulas: an all-reduce of
+# $k$ bytes sends $2\frac{R-1}{R}k$, an all-gather $(R-1)k$.
+
+# %%
+scaling_rows = results.read_table("ch8_scaling", results.PUBLISHED_DIR / "ch8_scaling.csv")
+counts = sorted({r["gpus"] for r in scaling_rows})
+fig, (left, right) = plot.subplots(1, 2, height=3.8)
+series = dict.fromkeys((r["loss"], r["shape"]) for r in scaling_rows)
+for i, (loss, shape) in enumerate(series):
+    steps = [r for r in scaling_rows
+             if (r["loss"], r["shape"], r["what"]) == (loss, shape, "step")]
+    ms = [r["ms"] for r in steps]
+    left.plot([r["gpus"] for r in steps], ms, "o-", color=f"C{i}", label=f"{loss}, {shape}")
+    if loss == "vocab-parallel CE":  # ideal: the step divided by the GPU count
+        left.plot(counts, [ms[0] / n for n in counts], ":", color=f"C{i}")
+left.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="forward + backward, ms",
+         title="time per step (dotted: one GPU's / R)")
+ticks = [t for t in (0.1, 0.2, 0.5, 1, 2, 5, 10)
+         if min(r["ms"] for r in scaling_rows if r["what"] == "step") / 1.5 <= t
+         <= max(r["ms"] for r in scaling_rows) * 1.5]
+left.set_yticks(ticks, [f"{t:g}" for t in ticks])
+ce = [r for r in scaling_rows if r["shape"] == "8192x256000"]
+mean = [r for r in scaling_rows if r["loss"] == "exact global mean" and r["what"] == "step"]
+for label, rows_, style in (("two all-reduces (1 + 2 floats)",
+                             [r for r in ce if r["what"] == "step"], "o-"),
+                            ("one all-gather (4 floats, ex. 8.1)",
+                             [r for r in ce if r["what"] == "one all-gather alone"], "s--"),
+                            ("global mean: (sum, count) / 4096 rows", mean, "^-")):
+    rows_ = [r for r in rows_ if r["gpus"] > 1]  # one GPU sends nothing
+    right.plot([r["gpus"] for r in rows_], [r["link_bytes_per_row"] for r in rows_], style,
+               label=label)
+right.axhline(256000 * 2, color="black", linewidth=1)
+right.annotate("a row of 256000 bf16 logits", (counts[0], 256000 * 2), xytext=(4, -4),
+               textcoords="offset points", va="top", fontsize=10)
+right.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="bytes sent per rank per row",
+          title="what crosses the link")
+for ax, anchor in ((left, (1, 1)), (right, (1, 0.86))):  # right: below the row's line
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.minorticks_off()
+    ax.legend(fontsize=9, loc="upper right", bbox_to_anchor=anchor)
+fig.suptitle(f"Chapter 8's losses on 1 to {counts[-1]} x {scaling_rows[0]['gpu']}")
+plt.show()
+
+# %%
+table = ["| GPUs | loss | shape | step, ms | speedup | two all-reduces alone, µs "
+         "| one all-gather alone, µs |", "| ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+for (loss, shape) in dict.fromkeys((r["loss"], r["shape"]) for r in scaling_rows):
+    mine = [r for r in scaling_rows if (r["loss"], r["shape"]) == (loss, shape)]
+    one = next(r["ms"] for r in mine if r["gpus"] == 1 and r["what"] == "step")
+    for n in counts:
+        by = {r["what"]: r["ms"] for r in mine if r["gpus"] == n}
+        comm = by.get("two all-reduces alone", by.get("one all-reduce alone", 0.0))
+        gather = by.get("one all-gather alone")
+        gather = "" if gather is None else f"{gather * 1e3:.1f}"
+        table.append(f"| {n} | {loss} | {shape} | {by['step']:.3f} | {one / by['step']:.2f}x "
+                     f"| {comm * 1e3:.1f} | {gather} |")
+Markdown("\n".join(table))
+
+# %% [markdown]
+# The runs of this section come from one machine of four GPUs (the figure's title names them);
+# the table above is the same run.
+#
+# - **What splits, scales.** The two kernels read and write $1/R$ of the logits on each GPU, so
+#   the step shrinks nearly as $1/R$: on two GPUs it meets the script's target of 90 % of $R$,
+#   on four it falls a little short of it (the speedup column).
+# - **What does not split, stays.** Compare the four-GPU step with one GPU's step divided by
+#   four (the dotted line): the difference is not the kernels'. Every rank does the per-row work
+#   of every row (the profiler's "other" column: the rows are not split), and the all-reduces
+#   alone take longer on four GPUs than on two although their bytes per row grow by only half
+#   (right panel): latency, not bytes, sets their cost. That fixed part is a larger share of a
+#   step the more GPUs share the vocabulary; an eight-GPU run would measure how much (this
+#   course has none).
+# - **The exact mean costs nothing at any count.** With 4096 rows on every GPU, its step is flat
+#   from one GPU to four: the all-reduce of two float64 numbers (its own row of the table) is a
+#   small part of it, whatever the number of rows.
+#
 # ## Summary
 #
 # - A loss over split rows needs the global sum and the global count: one all-reduce of two
@@ -331,6 +414,8 @@ Markdown("\n".join(table))
 # - Measured on two H200s: nearly twice the throughput of the same kernels on one GPU (the
 #   PASS lines above); the two all-reduces alone take about 1 % of a step, and a few percent
 #   inside it, waiting for the slower rank included.
+# - On four GPUs the step is not quite a quarter of one GPU's: the per-row work and the
+#   collectives' latency do not split, and they set how far the vocabulary can be spread.
 #
 # ## Exercises
 #

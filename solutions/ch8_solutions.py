@@ -33,10 +33,11 @@ import torch
 import torch.nn.functional as F
 from IPython.display import Markdown
 
-from kernels import ranks
-from kernels.chapter import launch_or_stored
+from kernels import results
+from kernels.course.chapter import launch_or_stored
 from kernels.exercises.ch8_checks import check_one_collective
-from kernels.notebook import show_source
+from kernels.ops import ranks
+from kernels.course.notebook import show_source
 
 SOLUTIONS = os.path.join(ROOT, "solutions", "kernels")
 
@@ -63,11 +64,36 @@ Markdown("\n".join(lines))
 # %% [markdown]
 # At 2 ranks the single gather moves a third more bytes (16 against 12 per row: 128 KiB
 # against 96 KiB for 8192 rows), which NVLink carries in well under a microsecond, and it saves
-# the latency of one collective (the chapter's table times the two all-reduces alone). So we
-# expect it to win at 2 ranks, but that is a prediction: the check below runs it on CPU
-# processes over gloo, and no run of this course has timed it on GPUs. At 64 ranks it moves
-# over 40 times as many bytes: there the two all-reduces should win, which is why Megatron-LM
-# uses them.
+# the latency of one collective. So we expect it to win at 2 ranks. At 64 ranks it moves over
+# 40 times as many bytes: there the two all-reduces should win, which is why Megatron-LM uses
+# them. Timed on GPUs by `bench/vocab_parallel_scaling.py` (chapter 8's scaling run): the
+# collectives alone, and the whole step with this solution's `row_log_sum_exp` in place of the
+# chapter's:
+
+# %%
+timed = results.read_table("ch8_scaling", results.PUBLISHED_DIR / "ch8_scaling.csv")
+lines = ["| GPUs | shape | two all-reduces alone, µs | one all-gather alone, µs "
+         "| step, two collectives, ms | step, one, ms |",
+         "| ---: | --- | ---: | ---: | ---: | ---: |"]
+for r in timed:
+    if r["what"] != "step" or r["gpus"] < 2 or r["loss"] != "vocab-parallel CE":
+        continue
+    by = {o["what"]: o["ms"] for o in timed
+          if (o["gpus"], o["shape"], o["loss"]) == (r["gpus"], r["shape"], r["loss"])}
+    lines.append(f"| {r['gpus']} x {r['gpu']} | {r['shape']} | "
+                 f"{by['two all-reduces alone'] * 1e3:.1f} | "
+                 f"{by['one all-gather alone'] * 1e3:.1f} | "
+                 f"{r['ms']:.3f} | {by['step, one all-gather (exercise 8.1)']:.3f} |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
+# Alone, the all-gather is the faster collective on two GPUs and on four (the table's middle
+# columns): one NCCL latency instead of two outweighs a third more bytes at two ranks and nearly
+# three times as many at four. In the step the saving is gone (the last two columns agree to
+# within a fraction of a percent): the step waits for its slowest rank, so a latency saved
+# inside it need not shorten it.
+#
+# The check runs it on CPU processes over gloo:
 
 # %%
 show_source(os.path.join(SOLUTIONS, "ch8_one_collective.py"), fold=False)
@@ -157,6 +183,11 @@ for s in scaling:
           f"{s['speedup']:.2f}x  {s['verdict']}")
 
 # %% [markdown]
+# Where the fit disagrees with the measured rows, trust the rows: least squares weighs every
+# point alike, and steps of a few hundred µs (the small sizes) are as long as the launches of
+# their small PyTorch operations, so how fast each process's host keeps up with its GPU can
+# move them. Compare the model's $n^*$ with the first row that reaches the target.
+#
 # What to change first: the fixed cost on two GPUs. The per-row PyTorch work between the
 # kernels (rescaling the sums, each row's loss, the scales of the gradient) is a handful of
 # small launches, each a few µs; folding it into the kernels (`shard_grad` can compute its own

@@ -96,3 +96,30 @@ def test_global_mean_is_exact_and_the_mean_of_means_is_not():
     assert result["mean_of_means_error"] > 0.05  # the mistake the chapter shows, measured
     assert result["same_bits"] and result["repeatable"]
     assert math.isclose(result["global_mean"], result["reference"], rel_tol=1e-6)
+
+
+def test_link_bytes_follow_the_ring_formulas():
+    from kernels.ops.rank_scaling import REDUCED_BYTES, STAT_BYTES, all_gather_bytes, all_reduce_bytes
+
+    assert all_reduce_bytes(REDUCED_BYTES, 1) == 0 and all_gather_bytes(STAT_BYTES, 1) == 0
+    assert all_reduce_bytes(REDUCED_BYTES, 2) == 12  # the solution's table: 12 B per row at 2
+    assert all_reduce_bytes(REDUCED_BYTES, 4) == 18
+    assert all_gather_bytes(STAT_BYTES, 2) == 16 and all_gather_bytes(STAT_BYTES, 64) == 63 * 16
+
+
+def test_scaling_bench_counts_gpus_in_powers_of_two_and_grades_each_count():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "vocab_parallel_scaling.py"
+    spec = importlib.util.spec_from_file_location("vocab_parallel_scaling", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.gpu_counts(1) == [1] and bench.gpu_counts(4) == [1, 2, 4]
+    assert bench.gpu_counts(6) == [1, 2, 4]
+    step = dict(loss="vocab-parallel CE", what="step", shape="8x10", gpu="G")
+    rows = [dict(step, gpus=1, ms=4.0), dict(step, gpus=2, ms=2.1), dict(step, gpus=4, ms=1.2),
+            dict(step, gpus=2, ms=9.0, what="two all-reduces alone")]
+    lines = bench.verdicts(rows)
+    assert [line.split(":")[0] for line in lines] == ["PASS", "MISS"]  # 1.90x >= 1.8; 3.33x < 3.6
+    assert "on 4 x G: 3.33x" in lines[1]

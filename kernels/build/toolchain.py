@@ -146,3 +146,16 @@ def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
         elif re.search(r"\(\d+\): |:\d+:\d+: ", line):
             keep.append(line)
     return "\n".join(keep[:60]) or log[-4000:]
+
+
+def require_gpus(count: int, script: str) -> int:
+    """The number of CUDA GPUs here; fewer than ``count``: one line saying what ``script`` needs,
+    then exit 2 (a benchmark on a machine without them, not a traceback)."""
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < count:
+        print(f"{script} needs {count} CUDA GPU{'s' if count > 1 else ''}; this machine has "
+              f"{found}.")
+        raise SystemExit(2)
+    return found

@@ -90,8 +90,9 @@ def save_table(rows: list[dict], name: str) -> Path:
     return path
 
 
-def read_table(name: str) -> list[dict]:
-    """Rows written by :func:`save_table`, with every value that reads as a number a number."""
+def read_table(name: str, path: Path | None = None) -> list[dict]:
+    """Rows written by :func:`save_table`, with every value that reads as a number a number
+    (``path``: another file than this run's, the published copy say)."""
     def number(text):
         for kind in (int, float):
             try:
@@ -100,7 +101,7 @@ def read_table(name: str) -> list[dict]:
                 pass
         return text
 
-    with open(results_path(name), newline="") as handle:
+    with open(path or results_path(name), newline="") as handle:
         return [{k: number(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
 

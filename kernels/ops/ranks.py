@@ -14,6 +14,8 @@ the lines rank 0 printed (``printed``). The tasks:
   the ranks: the slowest rank's time, the time of the all-reduces alone, where rank 0's GPU time
   goes (torch.profiler), and on one GPU the course's chapter 5 kernel and PyTorch on the whole
   vocabulary.
+- ``scaling``: the vocab-parallel cross-entropy and the exact mean timed on this many GPUs, with
+  the bytes each rank sends on the link per row (:mod:`kernels.ops.rank_scaling`).
 
 On CPU (``backend="gloo"``) the same code runs with the float64 reference in place of the
 kernels: that is how the tests check the communication without a GPU.
@@ -33,8 +35,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from .rank_scaling import task_scaling
 from .vocab_parallel import (MULTICAST_OFF, cross_entropy, keep_multicast_off, mean_of_means,
-                             shard_bounds)
+                             shard_bounds, use_row_log_sum_exp_from)
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
@@ -178,22 +181,10 @@ def check_case(ctx: Context, case: dict, on_cpu: bool) -> dict:
                 passed=loss_error <= tol and grad_error <= tol and same)
 
 
-def _use_row_log_sum_exp_from(path: str) -> None:
-    """Swap in another row_log_sum_exp (exercise 8.1), defined in the Python file at ``path``."""
-    import importlib.util
-
-    from . import vocab_parallel
-
-    spec = importlib.util.spec_from_file_location("exercise_row_log_sum_exp", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    vocab_parallel.row_log_sum_exp = module.row_log_sum_exp
-
-
 def task_check(ctx: Context, options: dict) -> dict:
     on_cpu = ctx.device.type == "cpu"
     if options.get("lse_file"):
-        _use_row_log_sum_exp_from(options["lse_file"])
+        use_row_log_sum_exp_from(options["lse_file"])
     results = [check_case(ctx, case, on_cpu) for case in options.get("cases", CHECK_CASES)]
     multicast_off = all(os.environ.get(k) == v for k, v in MULTICAST_OFF.items())
     multicast_off = ctx.slowest(0.0 if multicast_off else 1.0) == 0.0  # on every rank
@@ -252,11 +243,16 @@ def _queued_ms(step, iters: int = 20, repeats: int = 5) -> float:
     return queued_ms(step, (), iters=iters, repeats=repeats)
 
 
-def _gpu_time_by_kind(step, reps: int = 5) -> dict:
+def _gpu_time_by_kind(step, reps: int = 20) -> dict:
     """Rank 0's GPU time per step (µs) by kind of kernel, from torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
 
     kinds = {"shard_stats": 0.0, "shard_grad": 0.0, "nccl": 0.0, "other": 0.0}
+    # The first profile of a process starts its tracer, which takes some ranks far longer than
+    # others: the others' all-reduces wait, and the wait showed as NCCL time (333 ms a step).
+    with profile(activities=[ProfilerActivity.CUDA]):
+        step()
+        torch.cuda.synchronize()
     # Start together: a rank still busy with earlier work would show as NCCL time on the other.
     step()
     torch.cuda.synchronize()
@@ -366,7 +362,8 @@ def scaling(one: dict, many: dict) -> list[dict]:
     return out
 
 
-TASKS = {"check": task_check, "global_mean": task_global_mean, "time": task_time}
+TASKS = {"check": task_check, "global_mean": task_global_mean, "time": task_time,
+         "scaling": task_scaling}
 
 
 def main(argv=None) -> None:
