@@ -51,23 +51,70 @@ ch = Chapter("ch2")  # the chapter's id, GPU and read bandwidth, for its measure
 print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")  # ch.peak: torch.sum over 4 GiB
 
 # %% [markdown]
-# ## From Python to a kernel: the binding
+# ## A first kernel, by hand
 #
+# Three things turn a CUDA kernel into something you can call from PyTorch: a compiler run that
+# links it into Python, a timer that measures the GPU rather than the host, and a comparison with
+# PyTorch's answer. PyTorch ships all three. Here they are once, with nothing of the course's in
+# between: the version 1 of this chapter, written in one string (every thread adds its squared
+# error into one float with `atomicAdd`), built by `torch.utils.cpp_extension.load_inline`,
+# timed with CUDA events, checked with `torch.allclose`.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+import time
+
+from torch.utils.cpp_extension import load_inline
+
+kernels.build.toolchain.point_torch_at_the_cuda_toolkit()  # where torch would guess it wrong
+SOURCE = r"""
+#include <torch/extension.h>
+__global__ void mse_kernel(const float* p, const float* t, float* sum, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) { float d = p[i] - t[i]; atomicAdd(sum, d * d); }
+}
+torch::Tensor mse(torch::Tensor p, torch::Tensor t) {
+    auto sum = torch::zeros({}, p.options());
+    int64_t n = p.numel();
+    mse_kernel<<<(n + 255) / 256, 256>>>(p.data_ptr<float>(), t.data_ptr<float>(),
+                                         sum.data_ptr<float>(), n);
+    return sum / n;
+}"""
+began = time.perf_counter()
+DECLARATION = "torch::Tensor mse(torch::Tensor p, torch::Tensor t);"  # what Python may call
+by_hand = load_inline("ch2_by_hand", cpp_sources=DECLARATION, cuda_sources=SOURCE,
+                      functions=["mse"])
+print(f"built in {time.perf_counter() - began:.0f} s (a second run reuses the build)")
+p, t = torch.randn(2, 2**24, device="cuda")
+start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+by_hand.mse(p, t)  # the first call pays for loading the module: keep it out of the timing
+start.record()
+for _ in range(20):
+    by_hand.mse(p, t)
+stop.record()
+torch.cuda.synchronize()  # elapsed_time needs both events done
+ms = start.elapsed_time(stop) / 20
+print(f"{ms:.3f} ms per call, {2 * p.numel() * 4 / (ms * 1e-3) / 1e9:.0f} GB/s read")
+print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), rtol=1e-4))
+
+# %% [markdown]
+# That is the whole machinery. The course's toolkit does the same three things with more care,
+# and every later cell uses it:
+#
+# - `kernels.load` builds a plain `.cu` file without `torch/extension.h` (seconds instead of the
+#   build time above), hashes every source so that an edit is never served from a stale cache,
+#   and registers the launchers as PyTorch operators (so they work in `backward()` and under
+#   `torch.compile`).
+# - `kernels.bench` times many calls per measurement, clears the L2 cache between them so a
+#   small input is not served from cache, and takes the median of several runs.
+# - `kernels.check` compares with PyTorch in float64, not float32, on awkward sizes (one
+#   element, odd lengths, 2-D), with memory poisoned by NaN, and checks shape, dtype and device.
+#
+# ```{dropdown} Going deeper: how a tensor reaches a course kernel (the binding)
 # Every kernel file of the course is plain CUDA: no PyTorch headers, which is what keeps a build
-# down to seconds. PyTorch tensors reach it through a small C struct. The binding fills it and
-# the kernel file's *launcher* reads it:
-
-# %%
-show_source("common/loss_args.h")
-
-# %% [markdown]
-# The binding is shared by every element-wise loss of the course. Read it once, top to bottom:
-
-# %%
-show_source("bindings/reduction.cpp")
-
-# %% [markdown]
-# What it does, in order:
+# down to seconds. PyTorch tensors reach it through a small C struct, `ReductionArgs` in
+# `kernels/common/loss_args.h`. The binding `kernels/bindings/reduction.cpp`, shared by every
+# element-wise loss of the course, fills it and the kernel file's *launcher* reads it. What the
+# binding does, in order:
 #
 # - **Checks** device, dtype and shapes with `TORCH_CHECK`, which raises a Python
 #   `RuntimeError` with the message. A kernel must never see a tensor it cannot handle: a
@@ -82,6 +129,9 @@ show_source("bindings/reduction.cpp")
 #   is *uninitialised*: the launcher must write it. So is the workspace, scratch memory the
 #   launchers of later chapters use.
 # - The launcher returns a `cudaError_t`; anything but `cudaSuccess` becomes a Python error.
+#
+# The two files are shown in full in {doc}`../book/checking`.
+# ```
 
 # %% [markdown]
 # ## Version 1: one atomic per element
