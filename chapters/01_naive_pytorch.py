@@ -37,6 +37,10 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {doc}`../book/cuda_primer`
 # defines the GPU words used here ({term}`HBM`, {term}`roofline`).
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`kernel`, {term}`thread`,
+# {term}`warp`, {term}`grid`, {term}`reduction`, {term}`arithmetic intensity`,
+# {term}`L2 cache`, {term}`latency`.
+#
 # **Reading time:** about 16 minutes. **Run time:** about 1 minute
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

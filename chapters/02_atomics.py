@@ -37,6 +37,10 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Assumes:** chapter 1 (the read bandwidth, the bytes MSE must move); the
 # {doc}`../book/cuda_primer` ({term}`thread`, {term}`grid`, {term}`coalescing`); C pointers.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`grid-stride loop`,
+# {term}`register`, {term}`shared memory`, {term}`stream`, {term}`occupancy`,
+# {term}`bytes in flight`, {term}`Little's law`.
+#
 # **Reading time:** about 12 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

@@ -37,6 +37,9 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Assumes:** chapter 2 (a kernel, atomics, a warp's shuffles); the primer's
 # {term}`occupancy` and {term}`bytes in flight`.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`thread`, {term}`block`,
+# {term}`atomic`, {term}`L1 cache`, {term}`bandwidth`, {term}`SASS`.
+#
 # **Reading time:** about 11 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

@@ -37,6 +37,10 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Assumes:** chapter 3's block reduction; the primer's {term}`occupancy`,
 # {term}`bytes in flight` and {term}`launch overhead`.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`PTX`,
+# {term}`spill`, {term}`compute capability`, {term}`grid-stride loop`, {term}`stream`,
+# {term}`roofline`.
+#
 # **Reading time:** about 24 minutes. **Run time:** about 3 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

@@ -28,8 +28,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #
 # **You will be able to:**
 #
-# - compute a row's {term}`log-sum-exp` stably, and in one pass with the {term}`online
-#   softmax`;
+# - compute a row's {term}`log-sum-exp` stably, and in one pass with the
+#   {term}`online softmax`;
 # - write a fused cross-entropy that follows PyTorch's semantics exactly and writes its
 #   gradient in the same pass;
 # - choose how many threads a row gets from its length.
@@ -37,7 +37,10 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Assumes:** chapters 3 and 4 (block reduction, two passes); cross-entropy as PyTorch
 # computes it.
 #
-# **Reading time:** about 16 minutes. **Run time:** about 2 minutes
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`warp`,
+# {term}`block`, {term}`reduction`, {term}`stream`.
+#
+# **Reading time:** about 17 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #

@@ -35,6 +35,9 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #
 # **Assumes:** chapters 4 and 5 (the final kernels); `loss.backward()` and autograd as a user.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`CUDA graph`,
+# {term}`register`, {term}`reduction`, {term}`L2 cache`.
+#
 # **Reading time:** about 19 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

@@ -37,6 +37,9 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Assumes:** chapter 5's final kernel and chapter 6's operators. The cluster kernel needs a
 # Hopper GPU (`sm_90`); on older GPUs the chapter runs chapter 5's path instead.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`occupancy`,
+# {term}`bytes in flight`, {term}`register`, {term}`compute capability`, {term}`log-sum-exp`.
+#
 # **Reading time:** about 17 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```

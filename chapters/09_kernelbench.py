@@ -35,6 +35,9 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #
 # **Assumes:** the final kernels of chapters 3 to 6; chapter 1's timing method.
 #
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`kernel`, {term}`thread`,
+# {term}`L2 cache`, {term}`bandwidth`.
+#
 # **Reading time:** about 19 minutes. **Run time:** about 4 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
