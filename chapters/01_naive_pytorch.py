@@ -23,6 +23,28 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 1: What the PyTorch one-liner really costs
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - list the kernels and temporary tensors that one line of PyTorch launches, with the
+#   profiler;
+# - count the bytes a loss must move and predict its time from the GPU's {term}`bandwidth`;
+# - tell when a call is limited by its bytes and when by {term}`launch overhead`.
+#
+# **Assumes:** PyTorch tensors and `torch.compile` by name; no CUDA. The
+# {doc}`../book/cuda_primer`
+# defines the GPU words used here ({term}`HBM`, {term}`roofline`).
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`kernel`, {term}`thread`,
+# {term}`warp`, {term}`grid`, {term}`reduction`, {term}`arithmetic intensity`,
+# {term}`L2 cache`, {term}`latency`.
+#
+# **Reading time:** about 16 minutes. **Run time:** about 1 minute
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # Every kernel in this course competes with a line of PyTorch. Before writing any CUDA we
 # look at what those lines do on the GPU: which kernels PyTorch launches, which temporary
 # tensors it allocates, how many bytes cross the memory bus, and how long it takes, in

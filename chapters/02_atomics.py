@@ -23,6 +23,28 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 2: atomicAdd, the first fused kernel
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - write a CUDA {term}`kernel`, build it and call it from PyTorch;
+# - explain {term}`atomic` contention and cut it with per-thread, per-{term}`warp`
+#   ({term}`warp shuffle`) and per-{term}`block` sums;
+# - show that float atomics are not {term}`deterministic`, and measure by how much results
+#   vary.
+#
+# **Assumes:** chapter 1 (the read bandwidth, the bytes MSE must move); the
+# {doc}`../book/cuda_primer` ({term}`thread`, {term}`grid`, {term}`coalescing`); C pointers.
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`grid-stride loop`,
+# {term}`register`, {term}`shared memory`, {term}`stream`, {term}`occupancy`,
+# {term}`bytes in flight`, {term}`Little's law`.
+#
+# **Reading time:** about 12 minutes. **Run time:** about 2 minutes
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # Chapter 1 measured what `torch.mean((pred - target) ** 2)` costs in eager PyTorch: three
 # kernels (subtract, square, mean), each reading and writing whole tensors. A loss only has to
 # read each input once. This chapter writes the first kernel that does that: every thread
@@ -440,6 +462,18 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # from the first one shows the next instructions working out the target's index (Hinge's
 # broadcast) before the loop can go on: each thread has a load or two in flight, 8 bytes at
 # most. Chapter 3 ends with 16-byte loads, several in flight per thread.
+#
+# ## Summary
+#
+# - One {term}`atomic` per element is limited by how fast one address can be updated, not by
+#   memory: the rate of atomics hardly moves once the GPU is full (the contention table).
+# - The cure is fewer atomics: a register per thread with a {term}`grid-stride loop`, then a
+#   {term}`warp shuffle`, then the block's {term}`shared memory`. Each version issues fewer; the
+#   throughput table says what each step is worth at each size.
+# - Float atomics add in whatever order the hardware serves them: the same input gives several
+#   different results, and no atomic version matches `torch.mean`'s error. Chapter 4 fixes both.
+# - `torch.compile` stays ahead of every version. The profiler says why: each thread has one
+#   4-byte load per input in flight, too few {term}`bytes in flight`. Chapter 3 widens the loads.
 #
 # ## Exercises
 #

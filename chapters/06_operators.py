@@ -23,6 +23,25 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 6: from kernel to PyTorch operator
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - register a kernel as a PyTorch operator with a {term}`fake kernel` and an autograd
+#   formula, and check it with `opcheck`;
+# - compile a training step with `torch.compile(fullgraph=True)` and no graph break;
+# - run the losses in bfloat16 and train small models with them.
+#
+# **Assumes:** chapters 4 and 5 (the final kernels); `loss.backward()` and autograd as a user.
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`CUDA graph`,
+# {term}`register`, {term}`reduction`, {term}`L2 cache`.
+#
+# **Reading time:** about 19 minutes. **Run time:** about 2 minutes
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # Chapters 4 and 5 ended with kernels that read their inputs at the speed of the GPU's memory.
 # A learner cannot train with them yet. A loss in a training loop is called inside
 # `loss.backward()`, inside `torch.compile`, in bfloat16, thousands of times in a row without
@@ -813,6 +832,18 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
 # formula would remove it, at the price of heavier headers and slower builds.) On a real model,
 # whose forward keeps the GPU busy for milliseconds, the host's extra few hundred microseconds
 # are hidden behind queued GPU work.
+#
+# ## Summary
+#
+# - An operator needs more than a kernel: a backward, here computed in the same pass as the
+#   forward, and a {term}`fake kernel` and an autograd formula registered with `torch.library`.
+# - With them `opcheck` passes and `torch.compile(fullgraph=True)` compiles a training step with
+#   no graph break; the cross-entropy never waits for the host, even to report a bad target.
+# - bfloat16 inputs halve the bytes; the kernels still accumulate in float32.
+# - Trained with the course's losses, the small models follow PyTorch's curves: the same steps up
+#   to float32 rounding, and the language model within the tolerance its last line checks.
+# - On models this small a step is the host's work, and the loss's Python autograd formula costs
+#   the host more per call than PyTorch's; a real model hides that behind queued GPU work.
 #
 # ## Exercises
 #

@@ -23,6 +23,27 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 7: cross-entropy at LLM scale
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - explain, in bytes, why a language model's loss is a memory problem;
+# - split one row over a {term}`thread-block cluster` with {term}`distributed shared memory`,
+#   so that the logits are read once;
+# - compute an output layer and its loss without storing the logits, and compare it with
+#   `torch.compile` and Liger-Kernel in time and memory.
+#
+# **Assumes:** chapter 5's final kernel and chapter 6's operators. The cluster kernel needs a
+# Hopper GPU (`sm_90`); on older GPUs the chapter runs chapter 5's path instead.
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`occupancy`,
+# {term}`bytes in flight`, {term}`register`, {term}`compute capability`, {term}`log-sum-exp`.
+#
+# **Reading time:** about 17 minutes. **Run time:** about 2 minutes
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # Chapter 5's cross-entropy reads 32768 rows of 4096 classes at the speed of memory. A
 # language model's loss has fewer, much longer rows: one per token, one class per entry of the
 # vocabulary, 128256 for Llama 3, 151936 for Qwen 2, 256000 for Gemma. There two things break:
@@ -749,6 +770,19 @@ plt.show()
 
 # %% [markdown]
 # The two curves lie on each other: the fused head trains the model as PyTorch's loss does.
+#
+# ## Summary
+#
+# - A language model's loss has few, very long rows, and its logits dominate memory.
+# - Version 4 splits a row over a {term}`thread-block cluster` that exchanges its partial sums
+#   through {term}`distributed shared memory`, so that forward and backward read the logits
+#   once. It needs Hopper; other GPUs take chapter 5's path.
+# - A fused linear + cross-entropy computes the output layer and its loss chunk by chunk and never
+#   stores the logits: it needs a small fraction of the memory of eager PyTorch and
+#   `torch.compile` (the memory table).
+# - It is faster than eager PyTorch and a little slower than `torch.compile` (the MISS lines):
+#   the weight's gradient is read and written once per chunk.
+# - Trained with the fused head, the language model follows PyTorch's curve.
 #
 # ## Exercises
 #

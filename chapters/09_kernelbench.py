@@ -23,6 +23,25 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 9: capstone, the course's kernels on KernelBench
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - run a kernel under KernelBench's rules, and say what those rules prove;
+# - recognise programs that pass without computing the loss (a subsample, a downcast, a
+#   replayed result, work on a hidden {term}`stream`) and the check that catches each;
+# - validate your own `ModelNew` in a process of its own.
+#
+# **Assumes:** the final kernels of chapters 3 to 6; chapter 1's timing method.
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`kernel`, {term}`thread`,
+# {term}`L2 cache`, {term}`bandwidth`.
+#
+# **Reading time:** about 19 minutes. **Run time:** about 4 minutes
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # [KernelBench](https://github.com/ScalingIntelligence/KernelBench) {cite}`ouyang2025kernelbench` is a
 # benchmark of 250 PyTorch programs for which a language model, or a person, writes a faster
 # version: a class `ModelNew` that must compute what the program's `Model` computes, and is

@@ -1,0 +1,149 @@
+"""Each chapter's core path: what a learner must read, held so that it can only shrink (no GPU).
+
+Issue 58's budgets for a chapter's core path (prose outside folds, tools/prose_stats.py) are
+TARGET_WORDS words and TARGET_LONG_SHARE of sentences over 40 words, and no lab-notebook history
+(PERFLOG, session numbers, "earlier runs"). Not every chapter meets them yet, so CEILINGS holds
+each chapter's values of 2026-11-28 as ceilings: a change may lower a chapter's numbers, never
+raise them. When a chapter's numbers go down, lower its ceiling here too; when a chapter meets
+the target, its ceiling becomes the target. The chapters' stated reading and run times, and the
+welcome page's table of them, are checked against the same counts and book/results/small_gpu_run.csv.
+"""
+
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import prose_stats  # noqa: E402
+
+TARGET_WORDS = 2500  # issue 58, item 2
+TARGET_LONG_SHARE = 0.05  # issue 58, item 2: at most 5% of sentences over 40 words
+TARGET_LAB_NOTEBOOK = 0
+
+# chapter: (core-path words, sentences over 40 words as a share, lab-notebook mentions)
+CEILINGS = {
+    "01_naive_pytorch": (3071, 0.129, 0),
+    "02_atomics": (2341, 0.058, 0),
+    "03_block_reduction": (2079, 0.078, 1),
+    "04_two_pass": (4647, 0.187, 9),
+    "05_cross_entropy": (3212, 0.112, 2),
+    "06_operators": (3680, 0.123, 2),
+    "07_llm_cross_entropy": (3368, 0.170, 14),
+    "08_multi_gpu": (2059, 0.100, 3),
+    "09_kernelbench": (3630, 0.158, 6),
+}
+
+CHAPTERS = prose_stats.chapters()
+by_chapter = pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+
+
+def test_every_chapter_has_a_ceiling():
+    assert sorted(p.stem for p in CHAPTERS) == sorted(CEILINGS)
+
+
+@by_chapter
+def test_core_path_does_not_grow(path):
+    stats = prose_stats.stats(path)
+    words, share, lab = CEILINGS[path.stem]
+    print(f"{path.stem}: {stats.words} words, {stats.long_share:.1%} of {stats.sentences} "
+          f"sentences over {prose_stats.LONG_SENTENCE} words, {stats.lab_notebook} lab-notebook")
+    assert stats.words <= max(words, TARGET_WORDS), \
+        f"{path.stem}: {stats.words} core-path words, ceiling {words} (target {TARGET_WORDS})"
+    assert stats.long_share <= max(share, TARGET_LONG_SHARE) + 1e-9, \
+        f"{path.stem}: {stats.long_share:.1%} long sentences, ceiling {share:.1%}"
+    assert stats.lab_notebook <= max(lab, TARGET_LAB_NOTEBOOK), \
+        f"{path.stem}: {stats.lab_notebook} lab-notebook mentions, ceiling {lab}"
+
+
+# ---- the counting rules themselves -----------------------------------------------------
+
+def test_folds_code_and_display_math_are_not_core_path():
+    md = ("Read this.\n\n```{admonition} Hint\n:class: dropdown\nhidden words\n```\n\n"
+          "```{note}\nshown words\n```\n\n```python\nx = 1\n```\n\n$$a + b$$\n\n"
+          ":::{dropdown} More\nalso hidden\n:::\n")
+    core = prose_stats.core_path(md)
+    assert "hidden" not in core and "x = 1" not in core and "a + b" not in core
+    assert "Read this." in core and "shown words" in core and ":class:" not in core
+
+
+def test_sentences_and_long_ones():
+    text = "# A heading\n\nOne short sentence. " + "Word " + " ".join(["word"] * 40) + ".\n\n- an item"
+    sents = prose_stats.sentences(text)
+    assert len(sents) == 4
+    assert sum(prose_stats.words(s) > prose_stats.LONG_SENTENCE for s in sents) == 1
+
+
+def test_lab_notebook_mentions():
+    found = prose_stats.LAB_NOTEBOOK.findall(
+        "see bench/PERFLOG.md, session 31; earlier runs; a first version; in this run")
+    assert len(found) == 5
+
+
+# ---- the times a chapter states ---------------------------------------------------------
+
+READING = re.compile(r"\*\*Reading time:\*\* about (\d+) minutes?")
+RUN = re.compile(r"\*\*Run time:\*\* about (\d+) minutes?")
+
+
+def small_gpu_minutes():
+    with open(ROOT / "book" / "results" / "small_gpu_run.csv") as f:
+        return {r["notebook"]: math.ceil(int(r["seconds"]) / 60) for r in csv.DictReader(f)}
+
+
+def top_cell(path):
+    return next(c.source for c in jupytext.read(path).cells if c.cell_type == "markdown")
+
+
+@by_chapter
+def test_stated_times_match_the_counts(path):
+    top = top_cell(path)
+    if path.stem == "08_multi_gpu" and not READING.search(top):
+        pytest.skip("chapter 8's top cell has no 'Before you start' yet (issue 58)")
+    reading, run = READING.search(top), RUN.search(top)
+    assert reading and run, f"{path.stem}: the top cell states no reading or run time"
+    computed = prose_stats.reading_minutes(prose_stats.stats(path).words)
+    # An edit elsewhere in the chapter moves the count a little: a minute either way is fine.
+    assert abs(int(reading.group(1)) - computed) <= 1, \
+        f"{path.stem}: states {reading.group(1)} minutes of reading, the count gives {computed}"
+    assert int(run.group(1)) == small_gpu_minutes()[f"chapters/{path.stem}.ipynb"]
+
+
+def test_welcome_table_matches_the_chapters():
+    intro = (ROOT / "book" / "intro.md").read_text()
+    rows = re.findall(r"^\| \{doc\}`(\d) <\.\./chapters/([\w]+)>` \|[^|]*\| (\d+) min \| (\d+) min \|",
+                      intro, re.M)
+    assert [int(n) for n, *_ in rows] == list(range(1, 10)), "the welcome page's chapter table"
+    runs = small_gpu_minutes()
+    for _, stem, reading, run in rows:
+        computed = prose_stats.reading_minutes(prose_stats.stats(ROOT / "chapters" / f"{stem}.py").words)
+        assert abs(int(reading) - computed) <= 1, f"{stem}: the welcome page says {reading} min"
+        assert int(run) == runs[f"chapters/{stem}.ipynb"], f"{stem}: run time on the welcome page"
+
+
+# ---- the glossary's links ----------------------------------------------------------------
+
+TERM = re.compile(r"\{term\}`(?:[^`<]*<([^>`]+)>|([^`]+))`")
+
+
+def glossary_terms():
+    text = (ROOT / "book" / "glossary.md").read_text()
+    body = text[text.index("```{glossary}"):]
+    return {line.strip().lower() for line in body.splitlines()[1:]
+            if line.strip() and not line.startswith((" ", "`"))}
+
+
+def test_every_term_link_has_an_entry():
+    """What `jupyter-book build -n` reports, found without a build: a {term} without an entry."""
+    terms = glossary_terms()
+    assert {"warp", "sm", "occupancy", "bytes in flight", "little's law"} <= terms
+    sources = [*ROOT.glob("book/*.md"), *ROOT.glob("chapters/*.py"), *ROOT.glob("solutions/*.py")]
+    missing = sorted({f"{p.name}: {(a or b).strip()}" for p in sources
+                      for a, b in TERM.findall(p.read_text())
+                      if " ".join((a or b).split()).lower() not in terms})
+    assert not missing, missing
