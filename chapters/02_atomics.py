@@ -77,10 +77,10 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")  # ch.peak: torch.sum over
 #
 # Three things turn a CUDA kernel into something you can call from PyTorch: a compiler run that
 # links it into Python, a timer that measures the GPU rather than the host, and a comparison with
-# PyTorch's answer. PyTorch ships all three. Here they are once, with nothing of the course's in
-# between: the version 1 of this chapter, written in one string (every thread adds its squared
-# error into one float with `atomicAdd`), built by `torch.utils.cpp_extension.load_inline`,
-# timed with CUDA events, checked with `torch.allclose`.
+# PyTorch's answer. PyTorch ships all three, and here they are once, with nothing of the course's
+# in between. The kernel is this chapter's version 1: every thread adds its squared error into
+# one float with `atomicAdd`. `torch.utils.cpp_extension.load_inline` builds it, CUDA events time
+# it, and `torch.allclose` checks it.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 import time
@@ -122,10 +122,9 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 # That is the whole machinery. The course's toolkit does the same three things with more care,
 # and every later cell uses it:
 #
-# - `kernels.load` builds a plain `.cu` file without `torch/extension.h` (seconds instead of the
-#   build time above), hashes every source so that an edit is never served from a stale cache,
-#   and registers the launchers as PyTorch operators (so they work in `backward()` and under
-#   `torch.compile`).
+# - `kernels.load` builds a plain `.cu` file without `torch/extension.h`: seconds instead of the
+#   build time above. It hashes every source, so an edit is never served from a stale cache, and
+#   registers the launchers as PyTorch operators that work in `backward()` and `torch.compile`.
 # - `kernels.bench` times many calls per measurement, clears the L2 cache between them so a
 #   small input is not served from cache, and takes the median of several runs.
 # - `kernels.check` compares with PyTorch in float64, not float32, on awkward sizes (one
@@ -178,11 +177,9 @@ show_source("ch2_atomics/v1_atomic_per_element.cu")
 #   memory) does not raise anything by itself; `cudaGetLastError()` returns its error, and the
 #   binding turns it into an exception. A launcher that forgets this fails silently.
 #
-# `kernels.load` builds the file. It hashes every source that goes in (the `.cu`, the binding,
-# the headers), so an edited kernel is never served from a stale cache, compiles the `.cu` with
-# nvcc and the binding with the host compiler, and registers each launcher it finds as a PyTorch
-# operator with `TORCH_LIBRARY`. This is the code it appends to the binding for a file that
-# defines `mse_launch`:
+# `kernels.load` builds the file: the `.cu` with nvcc, the binding with the host compiler. It
+# registers each launcher it finds as a PyTorch operator with `TORCH_LIBRARY`, with the code it
+# appends to the binding; for a file that defines `mse_launch`:
 
 # %%
 from kernels.codegen import registration
