@@ -146,3 +146,17 @@ def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
         elif re.search(r"\(\d+\): |:\d+:\d+: ", line):
             keep.append(line)
     return "\n".join(keep[:60]) or log[-4000:]
+
+
+def require_gpus(count: int, script: str) -> int:
+    """The number of CUDA GPUs, where there are at least ``count``; else one line and exit 2.
+
+    A benchmark without its GPU would end in torch's traceback ("Found no NVIDIA driver"); this
+    says in one line what the script needs and what the machine has."""
+    import torch
+
+    found = torch.cuda.device_count()
+    if found < count:
+        print(f"{script} needs {count} CUDA GPU(s); this machine has {found}.")
+        raise SystemExit(2)
+    return found
