@@ -104,6 +104,12 @@ def test_math_is_served_by_the_book(build):
     assert (HTML / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+def test_setup_page_links_the_repository(build):
+    # book/setup.md builds the link from {{ repository_url }}: the address stays in _config.yml.
+    text = (HTML / "book" / "setup.html").read_text()
+    assert f'<a class="reference external" href="{REPO_URL}">{REPO_URL}</a>' in text
+
+
 # ---- in the browser ---------------------------------------------------------------
 
 
