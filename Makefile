@@ -2,12 +2,16 @@
 # make test : install everything into .venv and run pytest (pytest.ini decides what runs)
 # make check CHAPTER=3 : grade your exercises of chapter 3 (on a GPU): says which exercise files
 #   you have changed, then re-executes the chapter with nbval; a failing attempt fails the run
-.PHONY: book test check install clean
+# make toolchain : whether your nvcc and your PyTorch's CUDA build kernels together
+.PHONY: book test check install toolchain clean
 
 VENV       := .venv
 PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed
 BOOK_STAMP := $(VENV)/.book-installed
+# pip constraints, none by default: a learner keeps the torch already in .venv, or gets pip's.
+# CI pins torch with CONSTRAINTS=.ci/constraints.txt (.ci/run sets it).
+CONSTRAINTS ?=
 
 book: $(BOOK_STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
@@ -17,16 +21,17 @@ test: $(STAMP)
 
 install: $(STAMP)
 
+# The gate (kernels/build/skeletons.py) refuses an unknown chapter and a machine without a GPU
+# in one line, and lists the chapter's exercise files; only then does nbval run the notebook.
 check: $(STAMP)
-	@test -n "$(CHAPTER)" || { echo "which chapter? make check CHAPTER=3"; exit 2; }
-	$(PY) -c "import sys; from kernels.build.skeletons import main; sys.exit(main())" --chapter $(CHAPTER)
-	KERNELS_BENCH_REPS=10 $(VENV)/bin/pytest $(wildcard chapters/0$(CHAPTER)_*.ipynb)
+	@$(PY) -c "import sys; from kernels.build.skeletons import main; sys.exit(main())" --grade "$(CHAPTER)"
+	KERNELS_BENCH_REPS=10 $(VENV)/bin/pytest chapters/$$(printf %02d "$(CHAPTER)")_*.ipynb
 
 # Reinstall only when the requirements change.
-$(STAMP): requirements.txt requirements-book.txt .ci/constraints.txt
+$(STAMP): requirements.txt requirements-book.txt $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -c .ci/constraints.txt
+	$(PY) -m pip install -q -r requirements.txt $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	touch $@ $(BOOK_STAMP)
 
 $(BOOK_STAMP): requirements-book.txt
@@ -34,6 +39,14 @@ $(BOOK_STAMP): requirements-book.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-book.txt
 	touch $@
+
+# The check the loader makes before a build (kernels/build/toolchain.py, cuda_mismatch): PyTorch
+# builds extensions only with an nvcc of the CUDA major version it was built with.
+toolchain: $(STAMP)
+	@$(PY) -c "import sys, torch; from kernels.build.toolchain import cuda_mismatch, nvcc, nvcc_release; \
+	why = cuda_mismatch(nvcc_release(), torch.version.cuda); \
+	print(why or f'{nvcc()} is CUDA {nvcc_release()} and PyTorch {torch.__version__} was built with CUDA {torch.version.cuda}: they build the kernels together'); \
+	sys.exit(2 if why else 0)"
 
 clean:
 	rm -rf _build

@@ -39,14 +39,22 @@ def timed_load(source: str, archs, build_dir: str) -> tuple[float, bool]:
 def main() -> int:
     from kernels.measure.envinfo import environment
     from kernels.build.build_cache import KERNELS_DIR
-    from kernels.build.toolchain import target_archs
+    from kernels.build.toolchain import nvcc, target_archs
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*")
     parser.add_argument("--archs", nargs="*")
     parser.add_argument("--keep", help="build directory to keep the builds in (warms a cache)")
     args = parser.parse_args()
-    archs = tuple(target_archs(args.archs))
+    if nvcc() is None:
+        print("bench/build_times.py needs nvcc, the CUDA toolkit's compiler (or CUDA_HOME set to it).")
+        return 2
+    try:
+        archs = tuple(target_archs(args.archs))
+    except RuntimeError:  # no GPU to take the architecture from, and none named
+        print("bench/build_times.py needs a CUDA GPU, or the architectures to build for "
+              "(--archs 9.0).")
+        return 2
     files = args.files or sorted(p.relative_to(KERNELS_DIR).as_posix()
                                  for p in KERNELS_DIR.glob("ch*/*.cu"))
     gpu = environment()["gpu"]

@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench  # noqa: E402
 from kernels.measure.spans import SLEEP_KERNEL  # noqa: E402
 
@@ -107,6 +108,10 @@ def timeline(label: str, fn, args, reps: int = REPS) -> None:
 
 
 def main() -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    require_gpus(1, "bench/call_timeline.py")
     import torch
     import torch.nn.functional as F
 

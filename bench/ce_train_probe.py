@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench  # noqa: E402
 from kernels.build.loader import load  # noqa: E402
 from kernels.ops import grad_guess  # noqa: E402
@@ -38,6 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="the chapter's other shapes first")
     args = parser.parse_args()
+    require_gpus(1, "bench/ce_train_probe.py")
     v3 = load("ch5_cross_entropy/v3_fused_rows.cu")
 
     def loss(l, t):

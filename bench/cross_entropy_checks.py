@@ -7,14 +7,20 @@ Prints one line per case and a summary; exits non-zero on any failure.
 
     python bench/cross_entropy_checks.py
 """
+import argparse
 import functools
 import sys
 import time
 import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import check, load
 from kernels.measure.correctness import relative_error
 from kernels.ops.cross_entropy import cross_entropy
@@ -22,6 +28,8 @@ from kernels.ops.cross_entropy import cross_entropy
 VERSIONS = ["ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu",
             "ch5_cross_entropy/v3_fused_rows.cu"]
 failures = []
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+require_gpus(1, "bench/cross_entropy_checks.py")
 
 
 def case(name):

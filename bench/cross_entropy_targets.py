@@ -13,12 +13,18 @@ book/results/cross_entropy_targets.csv (columns of kernels.measure.results.COLUM
 Bandwidth counts the bytes that must move: logits + int64 targets for the forward, plus the
 gradient written for forward+backward.
 """
+import argparse
 import functools
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench, load, results
 from kernels.measure.bench import Measurement
 from kernels.measure.correctness import relative_error
@@ -119,6 +125,8 @@ def checked_costs(forwards: dict, fwd_bwd) -> list[str]:
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    require_gpus(1, "bench/cross_entropy_targets.py")
     gpu = torch.cuda.get_device_name()
     versions = {"v1": load(V1), "v2": load(V2), "v3": load(V3)}
     for name, k in versions.items():

@@ -15,11 +15,17 @@
 Prints each ratio (median of the turns) with PASS/MISS against what the guess should cost:
 a right guess at most 1.02x the plain step, and the guess's read at most 1.01x.
 """
+import argparse
 import statistics
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench, results
 from kernels.build.loader import load
 from kernels.losses import ELEMENT_WISE, get_loss
@@ -78,6 +84,8 @@ def cross_entropy_read() -> bool:
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    require_gpus(1, "bench/guess_cost.py")
     print(torch.cuda.get_device_name())
     verdicts = element_wise(operators.build())
     verdicts.append(cross_entropy_read())

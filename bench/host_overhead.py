@@ -7,13 +7,20 @@ bookkeeping, not the GPU. This prints the wall time per loss step (the GPU waite
 end) for PyTorch's losses and the course's operators on small inputs, then the functions that
 take the host's time in our cross-entropy step (cProfile, sorted by own time).
 """
+import argparse
 import cProfile
 import pstats
 import time
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels.ops import operators
 
 STEPS = 2000
@@ -38,6 +45,8 @@ def step(loss_fn):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    require_gpus(1, "bench/host_overhead.py")
     ops = operators.build()
     logits = torch.randn(2048, 98, device="cuda", requires_grad=True)
     labels = torch.randint(0, 98, (2048,), device="cuda")

@@ -20,13 +20,19 @@ Side by side on the same inputs, in one process:
 Writes book/results/llm_cross_entropy.csv (time, GB/s) and book/results/llm_head.csv (time,
 memory).
 """
+import argparse
 import functools
 import statistics
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench, load, results
 from kernels.measure.bench import Measurement
 from kernels.ops.cross_entropy import cross_entropy
@@ -102,6 +108,7 @@ def head_providers(v4):
 
 
 def main(with_head=True):
+    require_gpus(1, "bench/llm_cross_entropy_targets.py")
     gpu = torch.cuda.get_device_name()
     v3, v4 = load(V3), load(LLM_CE_FILE)
     copy = bench.copy_bandwidth()
@@ -176,4 +183,6 @@ def main(with_head=True):
 
 
 if __name__ == "__main__":
-    sys.exit(main(with_head="--no-head" not in sys.argv))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-head", action="store_true", help="skip the language-model head")
+    sys.exit(main(with_head=not parser.parse_args().no_head))

@@ -27,12 +27,18 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench
 from kernels.ops import llm_head
 from kernels.ops.llm_head import head_inputs, linear_cross_entropy
@@ -233,6 +239,7 @@ def main() -> None:
                         help="only the weight gradient's product: one, chunked, with and "
                              "without the read-modify-write of grad_weight")
     args = parser.parse_args()
+    require_gpus(1, "bench/lm_head_profile.py")
     if args.gemms:
         gemm_costs(args.tokens, args.hidden, args.vocab)
         return

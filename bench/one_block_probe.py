@@ -7,7 +7,7 @@ sessions 24 and 25).
 
 The MSE mean of 4096 floats, one launch each: Inductor's program (``dynamic=False``, the course's
 baseline), version 5's op, and copies of a single-block kernel built side by side in one
-``load_inline`` module (``VARIANTS``): threads x 16-byte loads per input, the load instruction,
+kernel file, one op each, by the course's loader (``VARIANTS``): threads x 16-byte loads per input, the load instruction,
 bounds checks or none (Inductor's program has the size as a constant, so its checks fold away),
 the block sum with one barrier or with ``common/reduce.cuh``'s two, a cluster of blocks that
 gather their sums over distributed shared memory. Prints each one's time / Inductor's (7 turns
@@ -54,9 +54,10 @@ VARIANTS = {
 N = 4096  # the variants without checks read exactly threads x loads x 4 elements: 4096
 
 KERNELS = r'''
-#include <torch/extension.h>
-#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
 #include <cooperative_groups.h>
+#include "loss_args.h"
 #include "reduce.cuh"
 namespace cg = cooperative_groups;
 
@@ -128,7 +129,8 @@ clustered(const float* __restrict__ pred, const float* __restrict__ target, floa
 
 
 def launches() -> str:
-    """``run(pred, target, i)``: variant number i of ``VARIANTS``, one case each."""
+    """One launcher per variant: ``variant<i>_launch`` becomes the op ``variant<i>`` (op names
+    start with a letter), all taking the course's ``ReductionArgs`` like version 5's ``mse``."""
     cases = []
     for i, spec in enumerate(VARIANTS.values()):
         if spec[0] == "cluster":
@@ -138,15 +140,24 @@ def launches() -> str:
             threads, loads, load, checks, one_barrier, mul = spec
             flags = ", ".join(str(f).lower() for f in (checks, one_barrier, mul))
             kernel, grid = f"one<{threads}, {loads}, {load}, {flags}>", 1
-        cases.append(f"        case {i}: {kernel}<<<{grid}, {threads}, 0, s>>>(p, t, o, n); break;")
-    return ("torch::Tensor run(torch::Tensor pred, torch::Tensor target, int64_t variant) {\n"
-            "    auto out = torch::empty({}, pred.options());\n"
-            "    const float* p = pred.data_ptr<float>();\n"
-            "    const float* t = target.data_ptr<float>();\n"
-            "    float* o = out.data_ptr<float>();\n"
-            "    const int n = static_cast<int>(pred.numel());\n"
-            "    auto s = c10::cuda::getCurrentCUDAStream();\n"
-            "    switch (variant) {\n" + "\n".join(cases) + "\n    }\n    return out;\n}\n")
+        cases.append(f'extern "C" cudaError_t variant{i}_launch(const ReductionArgs* a, '
+                     f"cudaStream_t s) {{\n"
+                     f"    {kernel}<<<{grid}, {threads}, 0, s>>>(a->pred, a->target, a->out, "
+                     f"static_cast<int>(a->n));\n"
+                     f"    return cudaGetLastError();\n}}\n")
+    return "\n".join(cases)
+
+
+def build_variants(archs=None):
+    """The variants' ops, built by ``kernels.load`` (its toolkit and cache, as every kernel of
+    the course) from a file under the git-ignored .scratch: load builds files inside the
+    repository only."""
+    from kernels import load
+
+    path = ROOT / ".scratch" / "one_block_probe.cu"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(KERNELS + launches())
+    return load(path, archs=archs)
 
 
 def median_us(times: list[float]) -> float:
@@ -223,23 +234,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dynamic", action="store_true", help="also torch.compile(dynamic=True)")
     args = parser.parse_args()
+    from kernels.build.toolchain import require_gpus
+
+    require_gpus(1, "bench/one_block_probe.py")
     import torch
     import torch.nn.functional as F
-    from torch.utils.cpp_extension import load_inline
 
     from kernels import load
 
-    module = load_inline(
-        "one_block_probe", cpp_sources="torch::Tensor run(torch::Tensor, torch::Tensor, int64_t);",
-        cuda_sources=KERNELS + launches(), functions=["run"],
-        extra_include_paths=[str(ROOT / "kernels" / "common")],
-        extra_cuda_cflags=["-O3", "-gencode=arch=compute_90,code=sm_90"])
+    if torch.cuda.get_device_capability() < (9, 0):  # the clusters need Hopper
+        print("bench/one_block_probe.py needs a GPU of compute capability 9.0 (Hopper) or newer.")
+        return 2
+    module = build_variants()
     g = torch.Generator(device="cuda").manual_seed(0)
     p, t = (torch.randn(N, device="cuda", generator=g) for _ in range(2))
     fns = {"torch.compile": torch.compile(F.mse_loss, dynamic=False),
            "v5's op": load("ch4_two_pass/v5_block_tiles.cu").mse}
-    fns.update({name: (lambda i: lambda a, b: module.run(a, b, i))(i)
-                for i, name in enumerate(VARIANTS)})
+    fns.update({name: getattr(module, f"variant{i}") for i, name in enumerate(VARIANTS)})
     expected = F.mse_loss(p.double(), t.double()).item()
     for name, fn in fns.items():
         assert abs(fn(p, t).item() - expected) <= 1e-5 * expected, name

@@ -17,11 +17,17 @@ kernels.measure.results.COLUMNS). Bytes: a forward reads each input once; a forw
 the gradient once (12 bytes per fp32 element for MSE and Smooth L1, 8 for Hinge, whose target is
 one broadcast row); cross-entropy's forward+backward reads the logits and writes their gradient.
 """
+import argparse
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 import torch.nn.functional as F
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import bench, results
 from kernels.losses import ELEMENT_WISE, get_loss
 from kernels.measure.bench import Measurement
@@ -134,6 +140,8 @@ def cross_entropy_default(ops):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    require_gpus(1, "bench/operator_targets.py")
     gpu = torch.cuda.get_device_name()
     ops = operators.build()
     print(f"{ops.element_wise}\n{ops.cross_entropy_kernel}")

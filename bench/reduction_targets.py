@@ -99,6 +99,9 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.child:
         return child(opts.final)
+    from kernels.build.toolchain import require_gpus
+
+    require_gpus(1, "bench/reduction_targets.py")
 
     import torch
     from kernels import Chapter, bench, get_loss, load, results

@@ -1,7 +1,19 @@
 """First GPU check of the toolkit: build, check and time the chapter 4 final kernel."""
+import argparse
 import time, torch
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
+
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import load, check, bench, get_loss
 from kernels.losses import mse
+
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+require_gpus(1, "bench/smoke.py")
+
 
 t = time.perf_counter(); k = load("ch4_two_pass/v2_deterministic_tiles.cu"); print(k, f"{time.perf_counter()-t:.2f}s")
 t = time.perf_counter(); k2 = load("ch4_two_pass/v2_deterministic_tiles.cu"); print("again", f"{time.perf_counter()-t:.4f}s")

@@ -96,6 +96,7 @@ def check_all(kernels: dict, losses, sizes) -> None:
 def main() -> None:
     import torch
     from kernels import Chapter, bench, get_loss, results
+    from kernels.build.toolchain import require_gpus
     from kernels.measure.spans import KERNELS, loss_spans
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--sizes", help="log2 sizes, e.g. 20,22,24; printed only")
     parser.add_argument("--runs", type=int, default=RUNS, help="runs in turn per size (median)")
     opts = parser.parse_args()
+    require_gpus(1, "bench/v5_ablation.py")
     shapes = opts.shapes
     builds, sizes = (SHAPES, SHAPE_SIZES) if shapes else (BUILDS, SIZES)
     losses = opts.losses.split(",") if opts.losses else LOSSES

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import kernelbench as kb  # noqa: E402
 from kernels import results  # noqa: E402
 
@@ -79,6 +80,7 @@ def main() -> int:
     parser.add_argument("--skip-honest", action="store_true")
     parser.add_argument("--skip-cheats", action="store_true")
     args = parser.parse_args()
+    require_gpus(1, "bench/validator_reliability.py")
     missed = 0 if args.skip_cheats else cheat_table()
     if args.skip_honest:
         return 1 if missed else 0

@@ -7,19 +7,23 @@ Vocab-parallel cross-entropy, forward + backward of bf16 logits (8192 x 256000 a
 side by side in one run; target: at least 1.8x the throughput on 2 GPUs. Writes
 book/results/vocab_parallel_targets.csv (columns of kernels.measure.results.COLUMNS).
 """
+import argparse
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # finds kernels/ with no PYTHONPATH
 
 import torch
 
+from kernels.build.toolchain import require_gpus  # noqa: E402
 from kernels import results
 from kernels.ops import ranks
 
 
 def main() -> int:
-    gpus = torch.cuda.device_count()
-    if gpus < 2:
-        print(f"MISS: needs 2 or more GPUs, found {gpus}")
-        return 1
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    gpus = require_gpus(2, "bench/vocab_parallel_targets.py")
     one = ranks.launch("time", 1)
     many = ranks.launch("time", gpus)
     results.save(ranks.results_rows(one, many), "vocab_parallel_targets")

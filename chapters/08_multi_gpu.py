@@ -12,8 +12,12 @@ REPOSITORY = "https://github.com/loss-kernels/loss-kernels"
 COLAB = "google.colab" in sys.modules
 if COLAB and not os.path.isdir("/content/loss-kernels"):
     subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "/content/loss-kernels"], check=True)
-ROOT = next(p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
-            if os.path.isfile(os.path.join(p, "kernels", "__init__.py")))
+ROOT = next((p for p in (os.getcwd(), os.path.dirname(os.getcwd()), "/content/loss-kernels")
+             if os.path.isfile(os.path.join(p, "kernels", "__init__.py"))), None)
+if ROOT is None:  # a notebook opened outside the repository, or copied out of it
+    raise FileNotFoundError("the course's repository is not here: clone " + REPOSITORY
+                            + " and open this notebook from the clone's chapters/ or"
+                            " solutions/ folder")
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your files are

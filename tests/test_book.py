@@ -72,9 +72,35 @@ CLIPPED_JS = """() => {
 # its point, so it must wrap at the column, not hide behind a sideways scrollbar.
 SCROLLING_OUTPUTS_JS = """() => {
   const article = document.querySelector('article') || document.body;
+  // A listing that a cell shows (show_source: highlight-cuda, not an output) scrolls instead.
+  const printed = el => { const box = el.closest('[class*="highlight-"]');
+                          return !box || box.classList.contains('output'); };
   return [...article.querySelectorAll('div.cell_output pre')]
-    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .filter(el => printed(el) && el.scrollWidth > el.clientWidth + 1)
     .map(el => `${el.scrollWidth} px in ${el.clientWidth}: ${(el.innerText || '').slice(0, 60)}`);
+}"""
+
+# Code (the cells' own, the listings they show, the prose's blocks) keeps its lines: a line
+# that wraps breaks a statement in two. Every fold is opened first (the listings' <details>,
+# the solutions' dropdowns), then each block's height is compared with its height when it
+# cannot wrap (white-space: pre; a sideways scrollbar only adds height there).
+WRAPPED_CODE_JS = """() => {
+  for (const d of document.querySelectorAll('details')) d.open = true;
+  for (const e of document.querySelectorAll('.toggle-hidden')) e.classList.remove('toggle-hidden');
+  const article = document.querySelector('article') || document.body;
+  const wrapped = [];
+  for (const pre of article.querySelectorAll('div[class*="highlight-"]:not(.output) pre')) {
+    const shown = pre.getBoundingClientRect().height;
+    const style = pre.style.whiteSpace;
+    pre.style.whiteSpace = 'pre';
+    const unwrapped = pre.getBoundingClientRect().height;
+    pre.style.whiteSpace = style;
+    if (shown === 0) wrapped.push(`hidden: ${pre.textContent.slice(0, 60)}`);
+    else if (shown > unwrapped + 1)
+      wrapped.push(`${Math.round(shown)} px high, ${Math.round(unwrapped)} unwrapped: ` +
+                   pre.textContent.slice(0, 60));
+  }
+  return wrapped;
 }"""
 
 # Fresh profile, nothing phones home: the book must work offline.
@@ -102,6 +128,13 @@ def test_book_builds_without_warnings(build):
 def test_math_is_served_by_the_book(build):
     # MathJax ships with the book (sphinx-mathjax-offline): readers offline get math too.
     assert (HTML / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def test_setup_page_links_the_repository(build):
+    # book/setup.md builds the link from {{ repository_url }}: the address stays in _config.yml.
+    text = (HTML / "book" / "setup.html").read_text()
+    assert re.search(r"clone the repository, <a [^>]*href=\"" + re.escape(REPO_URL) + "\"", text), \
+        "book/setup.md does not link the repository"
 
 
 # ---- in the browser ---------------------------------------------------------------
@@ -156,7 +189,7 @@ def visit(browser, base, rel):
         # jupyter-book's index.html only redirects: check where it lands, nothing else.
         page.wait_for_url(urljoin(f"{base}/{rel}", refresh.group(1)))
         report.update(math=0, math_errors=0, images=[], links=[], clipped=[], figures=[],
-                      scrolling_outputs=[])
+                      scrolling_outputs=[], wrapped_code=[])
         page.close()
         return report
     if page.locator("script[src*='mathjax']").count():
@@ -177,6 +210,7 @@ def visit(browser, base, rel):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SCREENSHOTS / (rel.replace("/", "__").removesuffix(".html") + ".jpg"),
                     full_page=True, type="jpeg", quality=70)
+    report["wrapped_code"] = page.evaluate(WRAPPED_CODE_JS)  # opens the folds: after the shot
     page.close()
     return report
 
@@ -229,6 +263,15 @@ def test_printed_outputs_wrap_at_the_column(pages):
     reports, _ = pages
     bad = {rel: r["scrolling_outputs"] for rel, r in reports.items() if r["scrolling_outputs"]}
     assert not bad, f"printed outputs that scroll sideways at {VIEWPORT['width']} px: {bad}"
+
+
+def test_code_never_wraps(pages):
+    """Listings (chapters, solutions, folds), cells' code and the prose's code blocks keep every
+    line whole at 1280 px, scrolling sideways in their box where a line is too long."""
+    reports, _ = pages
+    count = sum(len(r["wrapped_code"]) for r in reports.values())
+    bad = {rel: r["wrapped_code"] for rel, r in reports.items() if r["wrapped_code"]}
+    assert not bad, f"{count} code blocks wrap at {VIEWPORT['width']} px: {bad}"
 
 
 def test_figures_are_shown_at_their_drawn_size(pages):

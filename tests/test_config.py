@@ -83,3 +83,16 @@ def test_repository_url_is_written_once():
     texts = [ROOT / "README.md", *sorted((ROOT / "book").rglob("*.md"))]
     repeated = [str(p.relative_to(ROOT)) for p in texts if url in p.read_text()]
     assert not repeated, f"the repository URL is repeated in {repeated}; use {{{{ repository_url }}}}"
+
+
+def test_only_ci_applies_the_torch_pin():
+    """A learner's make install keeps their torch (requirements.txt: torch>=2.5); .ci/run pins it."""
+    import subprocess
+
+    def dry_run(*args):  # make -n: prints the install commands, runs nothing
+        return subprocess.run(["make", "-n", "-W", "requirements.txt", "install", *args], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "pip install -q -r requirements.txt" in dry_run() and " -c " not in dry_run()
+    assert "-r requirements.txt -c .ci/constraints.txt" in dry_run("CONSTRAINTS=.ci/constraints.txt")
+    assert "make test CONSTRAINTS=.ci/constraints.txt" in (ROOT / ".ci" / "run").read_text()

@@ -601,6 +601,36 @@ def test_setup_cell_finds_the_repository_from_a_notebook_folder():
     assert run.returncode == 0 and run.stdout.split() == [str(ROOT)], run.stderr[-500:]
 
 
+def test_setup_cell_outside_the_repository_says_what_to_do(tmp_path):
+    """Opened from a folder with no repository around it, the cell stops with one sentence
+    (it used to end in a bare StopIteration)."""
+    cell = notebook.SETUP_CELL.format(repository="https://github.com/o/r")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", cell], cwd=tmp_path, text=True,
+                         capture_output=True, env=env)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == (
+        "FileNotFoundError: the course's repository is not here: clone https://github.com/o/r and "
+        "open this notebook from the clone's chapters/ or solutions/ folder")
+
+
+def test_a_changed_setup_cell_does_not_make_a_notebook_stale():
+    import nbformat
+
+    from kernels.build.provenance import cells_not_run
+
+    def cells(first_outputs):
+        setup = nbformat.v4.new_code_cell("# Setup", metadata={"tags": ["remove-cell"]},
+                                          outputs=first_outputs)
+        other = nbformat.v4.new_code_cell("x = 1", execution_count=None)
+        return nbformat.v4.new_notebook(cells=[setup, other,
+                                               nbformat.v4.new_code_cell("y", metadata={"tags": ["remove-cell"]})])
+
+    assert cells_not_run(cells([])) == [1, 2]  # the setup cell is the first one only
+    printed = [nbformat.v4.new_output("stream", name="stdout", text="Tesla T4\n")]
+    assert cells_not_run(cells(printed)) == [0, 1, 2]  # it printed: its outputs are stale
+
+
 def test_show_source_shows_the_whole_file():
     text = (ROOT / "kernels" / CU_FILE).read_text()
     data = notebook.show_source(CU_FILE, fold=False).data

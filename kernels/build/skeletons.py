@@ -67,12 +67,43 @@ def write() -> dict[str, str]:
     return table
 
 
+def chapters() -> dict[int, Path]:
+    """{chapter number: its notebook}, from chapters/NN_name.ipynb."""
+    found = sorted((KERNELS_DIR.parent / "chapters").glob("[0-9][0-9]_*.ipynb"))
+    return {int(p.name[:2]): p for p in found}
+
+
+def grade_ready(chapter: str) -> int:
+    """``make check``'s gate: 0 where ``chapter`` names a chapter and a GPU is here, else one line
+    and 2. Without it, an unknown chapter made the Makefile run the whole suite, and a machine
+    without a GPU skipped every check and reported success, having graded nothing."""
+    known = chapters()
+    if not chapter.isdigit() or chapter != str(int(chapter)) or int(chapter) not in known:
+        print(f"make check: no chapter {chapter!r}; CHAPTER is one of "
+              f"{' '.join(map(str, known))} (make check CHAPTER=3)")
+        return 2
+    for path in learner_files():
+        if path.name.startswith(f"ch{chapter}_"):
+            print(f"{'attempted' if attempted(path) else 'not attempted':<14} {key(path)}")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("make check: grading runs the exercises' checks on a CUDA GPU, and this machine has "
+              "none; nothing was graded (run it on a GPU machine or on Colab)")
+        return 2
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true",
                         help="record the skeletons as they are now in skeletons.json")
     parser.add_argument("--chapter", type=int, help="list only this chapter's exercise files")
+    parser.add_argument("--grade", metavar="CHAPTER",
+                        help="make check's gate: the chapter exists and a GPU is here")
     args = parser.parse_args()
+    if args.grade is not None:
+        return grade_ready(args.grade)
     if args.write:
         print(f"wrote {MANIFEST.relative_to(KERNELS_DIR.parent)}: {len(write())} skeletons")
     for path in learner_files():

@@ -149,13 +149,14 @@ def readable_compiler_error(log: str, sources: dict[str, str]) -> str:
 
 
 def require_gpus(count: int, script: str) -> int:
-    """The number of CUDA GPUs here; fewer than ``count``: one line saying what ``script`` needs,
-    then exit 2 (a benchmark on a machine without them, not a traceback)."""
+    """The number of CUDA GPUs, where there are at least ``count``; else one line and exit 2.
+
+    A benchmark without its GPU would end in torch's traceback ("Found no NVIDIA driver"); this
+    says in one line what the script needs and what the machine has."""
     import torch
 
-    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    found = torch.cuda.device_count()
     if found < count:
-        print(f"{script} needs {count} CUDA GPU{'s' if count > 1 else ''}; this machine has "
-              f"{found}.")
+        print(f"{script} needs {count} CUDA GPU(s); this machine has {found}.")
         raise SystemExit(2)
     return found
