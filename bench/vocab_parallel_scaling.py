@@ -9,6 +9,7 @@ GPUs also exercise 8.1's one-collective step (the solution's ``row_log_sum_exp``
 ``book/results/ch8_scaling.csv``, each row with its GPU count and model, which chapter 8 plots.
 Prints PASS/MISS: the vocab-parallel step on R GPUs at least 0.9 R times as fast as on one.
 """
+import argparse
 import sys
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def verdicts(rows: list[dict]) -> list[str]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     gpus = require_gpus(2, "bench/vocab_parallel_scaling.py")
     from kernels import results
     from kernels.ops import ranks
