@@ -1,0 +1,446 @@
+"""Draw the course's concept diagrams into book/images/ (SVG), from the kernels' own parameters.
+
+Usage: .venv/bin/python tools/diagrams.py [OUTDIR]
+
+Every number a diagram shows (block sizes, threads per row, slice and chunk sizes, bytes per row,
+active threads per round, bank conflicts) is read from the kernel sources under kernels/ (their
+`constexpr` lines), from the toolkit (`kernels.ops.llm_head.default_chunk_rows`) or from the
+chapter's own code (`strided_rounds` in chapters/03_block_reduction.py), then computed here: none is
+typed. Change a kernel's parameter and rerun this script; tests/test_diagrams.py checks that the
+committed files are what it draws.
+
+The SVG files keep their text as text (svg.fonttype "none") and carry no date, so two runs give
+the same bytes.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "kernels"
+OUT = ROOT / "book" / "images"
+
+plt.rcParams.update({
+    "svg.fonttype": "none",        # text stays text: smaller files, crisp at any width
+    "svg.hashsalt": "diagrams",    # fixed ids: the same bytes on every run
+    "font.family": "DejaVu Sans",
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.titleweight": "bold",
+})
+
+BLUE, LIGHT, GREY, ORANGE, GREEN, RED, INK = (
+    "#4c72b0", "#c9d7ee", "#e4e4e4", "#dd8452", "#55a868", "#c44e52", "#222222")
+WARP = 32      # threads per warp (every NVIDIA GPU so far)
+BANKS = 32     # shared-memory banks of 4-byte words
+SECTOR = 32    # bytes: the unit DRAM and L2 move
+LINE = 128     # bytes: a cache line, four sectors
+PREVIEW = None  # a folder for PNG previews (--png DIR)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters, read from the sources.
+
+def constants(relpath: str) -> dict[str, int]:
+    """The `constexpr` integer constants of a kernel file, evaluated in order."""
+    names: dict[str, int] = {}
+    text = (KERNELS / relpath).read_text()
+    for name, expr in re.findall(
+            r"^constexpr\s+(?:int|int64_t|unsigned|size_t)\s+(\w+)\s*=\s*([^;]+);", text, re.M):
+        expr = re.sub(r"(\d+)(?:LL|ULL|U|L)\b", r"\1", expr)
+        expr = re.sub(r"static_cast<\w+>", "", expr)
+        try:
+            names[name] = int(eval(expr, {"__builtins__": {}}, dict(names)))  # noqa: S307
+        except (NameError, SyntaxError, TypeError):
+            pass
+    return names
+
+
+def shuffle_offsets(relpath: str) -> list[int]:
+    """The offsets of the first `for (int offset = K; offset > 0; offset >>= 1)` loop."""
+    start = int(re.search(r"for \(int offset = (\d+); offset > 0; offset >>= 1\)",
+                          (KERNELS / relpath).read_text()).group(1))
+    return [start >> k for k in range(start.bit_length())]
+
+
+def strided_rounds():
+    """Chapter 3's own `strided_rounds` (its notebook's code cell), loaded from the chapter."""
+    tree = ast.parse((ROOT / "chapters" / "03_block_reduction.py").read_text())
+    [node] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "strided_rounds"]
+    scope: dict = {}
+    exec(compile(ast.Module([node], []), "03_block_reduction.py", "exec"), scope)  # noqa: S102
+    return scope["strided_rounds"]
+
+
+def tree_rounds(version: int, threads: int, banks: int = BANKS):
+    """Per round of chapter 3's versions 1-3: (s, [(tid, word written, word read)], ...).
+
+    Yields (s, adds, working, warps, ways): the adds of the round, the threads that work, the
+    warps with at least one working thread, and the wavefronts of the busiest warp's access to
+    the word it writes (the most words of that warp in one bank), as `strided_rounds` counts them.
+    """
+    strides = ([1 << k for k in range(threads.bit_length() - 1)] if version < 3
+               else [threads >> k for k in range(1, threads.bit_length())])
+    for s in strides:
+        adds = []
+        for tid in range(threads):
+            if version == 1 and tid % (2 * s) == 0:
+                adds.append((tid, tid, tid + s))
+            elif version == 2 and 2 * s * tid < threads:
+                adds.append((tid, 2 * s * tid, 2 * s * tid + s))
+            elif version == 3 and tid < s:
+                adds.append((tid, tid, tid + s))
+        warps: dict[int, list[int]] = {}
+        for tid, word, _ in adds:
+            warps.setdefault(tid // WARP, []).append(word)
+        ways = max(max(sum(1 for w in words if w % banks == b) for b in range(banks))
+                   for words in warps.values())
+        yield s, adds, len(adds), len(warps), ways
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing helpers.
+
+def canvas(width, height, xlim, ylim):
+    fig, ax = plt.subplots(figsize=(width, height))
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_axis_off()
+    return fig, ax
+
+
+def box(ax, x, y, w, h, text="", face=LIGHT, edge=INK, size=10, color=INK, lw=0.8, **kw):
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=face, edgecolor=edge, linewidth=lw))
+    if text:
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size,
+                color=color, **kw)
+
+
+def arrow(ax, start, end, color=INK, lw=1.0, style="-|>", scale=10, **kw):
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=scale,
+                                 color=color, linewidth=lw, shrinkA=0, shrinkB=0, **kw))
+
+
+def save(fig, name: str, out: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / name, format="svg", bbox_inches="tight", pad_inches=0.05,
+                metadata={"Date": None, "Creator": None})
+    if PREVIEW:  # a PNG beside, at the width the book shows it, to look at while drawing
+        fig.savefig(PREVIEW / name.replace(".svg", ".png"), dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The primer: grid, blocks, warps, threads, SMs.
+
+def primer_hierarchy(out):
+    threads = constants("ch2_atomics/v1_atomic_per_element.cu")["kThreads"]
+    warps = threads // WARP
+    per_sm = 2048 // threads  # an SM holds at most 2048 threads (sm_80, sm_90)
+    blocks, sms = 12, 4
+    fig, ax = canvas(12, 5.2, (0, 120), (0, 52))
+    ax.text(0, 50, f"The grid: blocks of {threads} threads (blockIdx.x = 0, 1, ...)",
+            fontsize=12, fontweight="bold", va="top")
+    bw = 4.6
+    for b in range(blocks):
+        box(ax, b * (bw + 0.6), 40, bw, 5, f"{b}", face=BLUE if b == 0 else LIGHT,
+            color="white" if b == 0 else INK)
+    ax.text(0, 35, f"... placed on the SMs: up to {per_sm} blocks ({per_sm * threads} threads) "
+            f"per SM", fontsize=11, va="top")
+    for m in range(sms):
+        x = m * 16.2
+        box(ax, x, 6, 15, 25, face="#f6f6f6")
+        ax.text(x + 7.5, 28.5, f"SM {m}", ha="center", fontsize=11, fontweight="bold")
+        for k, b in enumerate(range(m, blocks, sms)):
+            box(ax, x + 2, 21 - k * 6.5, 11, 5, f"block {b}",
+                face=BLUE if b == 0 else LIGHT, color="white" if b == 0 else INK)
+    ax.text(0, 2, "blocks run in any order, on any SM; more blocks than fit wait their turn",
+            fontsize=10, style="italic")
+    # block 0: its warps
+    x0 = 70
+    ax.text(x0, 50, f"Block 0: {threads} threads = {warps} warps of {WARP}", fontsize=12,
+            fontweight="bold", va="top")
+    for w in range(warps):
+        y = 41 - w * 4.2
+        box(ax, x0, y, 20, 3.4, f"warp {w}: threads {w * WARP}-{(w + 1) * WARP - 1}",
+            face=BLUE if w == 0 else LIGHT, color="white" if w == 0 else INK, size=9.5)
+    arrow(ax, (4 * (bw + 0.6) + 3.5, 42.5), (x0 - 1, 42.5), color=GREY, lw=1.2)
+    # warp 0: its lanes
+    x1 = 94
+    ax.text(x1, 44, f"Warp 0: {WARP} lanes, one instruction\nat a time for all of them",
+            fontsize=11, va="top")
+    for lane in range(WARP):
+        r, c = divmod(lane, 8)
+        box(ax, x1 + c * 3.2, 32 - r * 3.6, 3, 3.2, f"{lane}", face=BLUE, color="white", size=8.5)
+    arrow(ax, (x0 + 20.5, 42.7), (x1 - 0.5, 34), color=GREY, lw=1.2)
+    ax.text(x1, 16, "threadIdx.x = 0 ... 31\nlane = threadIdx.x % 32\n"
+            "element = blockIdx.x * blockDim.x\n              + threadIdx.x", fontsize=10, va="top",
+            family="DejaVu Sans Mono")
+    save(fig, "primer_hierarchy.svg", out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 2.
+
+def warp_sectors(stride_floats: int):
+    """Words a warp's 32 lanes read (lane k: float k * stride), and the 32-byte sectors moved."""
+    words = [lane * stride_floats for lane in range(WARP)]
+    sectors = sorted({4 * w // SECTOR for w in words})
+    return words, sectors
+
+
+def ch2_coalesced(out):
+    threads = constants("ch2_atomics/v2_thread_accumulate.cu")["kThreads"]
+    per_sector = SECTOR // 4
+    lines = 8
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    for ax, stride, title in ((axes[0], 1, "Coalesced: lane k reads float k"),
+                              (axes[1], per_sector, f"Strided: lane k reads float {per_sector}k")):
+        words, sectors = warp_sectors(stride)
+        ax.set_xlim(-1, WARP + 1)
+        ax.set_ylim(-lines - 1.5, 5.5)
+        ax.set_axis_off()
+        ax.set_title(title)
+        for lane in range(WARP):
+            box(ax, lane, 3, 1, 1.3, "", face=BLUE)
+        ax.text(-0.5, 4.9, "warp: lanes 0-31", fontsize=10)
+        ax.text(-0.5, 0.2, f"memory: rows of {LINE} B, {LINE // SECTOR} sectors of {SECTOR} B",
+                fontsize=10)
+        for line in range(lines):
+            for col in range(WARP):
+                word = line * WARP + col
+                used = word in words
+                moved = 4 * word // SECTOR in sectors
+                box(ax, col, -line - 1, 1, 1, face=BLUE if used else ORANGE if moved else "white",
+                    edge="#999999", lw=0.4)
+            for sec in range(1, LINE // SECTOR):
+                ax.plot([sec * per_sector] * 2, [-line - 1, -line], color=INK, lw=1.2)
+        for lane in (0, 1, 2, 31) if stride == 1 else (0, 1, 2, 3, 4, 31):
+            word = words[lane]
+            arrow(ax, (lane + 0.5, 3), (word % WARP + 0.5, -(word // WARP)), color=GREY, lw=0.8,
+                  scale=6)
+        moved = len(sectors) * SECTOR
+        ax.text(0, -lines - 1.3,
+                f"{len(sectors)} sector{'s' if len(sectors) > 1 else ''} of {SECTOR} B moved: "
+                f"{moved} B for {4 * WARP} B used ({4 * WARP / moved:.0%})", fontsize=10.5,
+                va="top", fontweight="bold")
+    fig.text(0.5, -0.04, f"blue: the 4-byte floats the warp uses; orange: bytes moved but unused. "
+             f"Version 2's grid-stride loop keeps lane k of block b on element "
+             f"b * {threads} + k + i * stride: the left picture.", ha="center", fontsize=10)
+    save(fig, "ch2_coalesced.svg", out)
+
+
+def ch2_atomics_queue(out):
+    threads = constants("ch2_atomics/v4_block_atomics.cu")["kThreads"]
+    n, sms = 1 << 24, 132  # 2^24 elements on an H100 (132 SMs)
+    resident = sms * (2048 // threads)
+    counts = [("v1: one per element", n), ("v2: one per thread", resident * threads),
+              ("v3: one per warp", resident * threads // WARP), ("v4: one per block", resident)]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.25]})
+    left.set_xlim(0, 40)
+    left.set_ylim(0, 30)
+    left.set_axis_off()
+    left.set_title("Every atomicAdd to one address waits its turn")
+    box(left, 31, 12, 8, 6, "out\n(L2)", face=ORANGE, color="white", size=11)
+    for k in range(7):
+        box(left, 28.5 - (k + 1) * 2.4, 13.8, 2.0, 2.4, face=BLUE)
+    left.text(21, 17.2, "queue at the one address", ha="center", fontsize=10)
+    for k in range(8):
+        y = 3 + k * 3.2
+        left.text(0, y, f"thread {k}", fontsize=9, va="center")
+        arrow(left, (6, y), (11.5, 15), color=GREY, lw=0.8, scale=6)
+    left.text(23, 10, "the L2 serves them one after another:\nmore threads only lengthen the queue",
+              ha="center", fontsize=10, va="top")
+    labels = [c[0] for c in counts][::-1]
+    values = [c[1] for c in counts][::-1]
+    right.barh(labels, values, color=[GREEN, GREEN, BLUE, ORANGE])
+    right.set_xscale("log")
+    right.set_xlim(100, n * 40)
+    for y, v in enumerate(values):
+        right.text(v * 1.3, y, f"{v:,}", va="center", fontsize=10)
+    right.set_title(f"Atomics on the one address for n = 2^{n.bit_length() - 1}")
+    right.set_xlabel(f"atomics (v2-v4: a grid of {resident} blocks of {threads} threads, "
+                     f"{2048 // threads} per SM on {sms} SMs)")
+    right.spines[["top", "right"]].set_visible(False)
+    save(fig, "ch2_atomics_queue.svg", out)
+
+
+GAP = 2.2  # vertical distance between shuffle steps, room for the arrows
+
+
+def shuffle_sums(offsets, mode):
+    """For each step: the source lane of every lane, and how many values each lane then holds."""
+    held = [{lane} for lane in range(WARP)]
+    steps = []
+    for off in offsets:
+        src = [(lane ^ off) if mode == "xor" else lane + off for lane in range(WARP)]
+        # __shfl_down_sync: a lane past the end gets its own value back, and v += v adds it twice
+        # (the kernel uses lane 0's result only); counted here as adding nothing new.
+        held = [held[lane] | (held[src[lane]] if src[lane] < WARP else set()) for lane in range(WARP)]
+        steps.append((off, src, [len(h) for h in held]))
+    return steps
+
+
+def ch2_shuffle(out):
+    down = shuffle_offsets("ch2_atomics/v3_warp_atomics.cu")
+    xor = shuffle_offsets("ch3_block_reduction/v6_vectorized_grid_stride.cu")
+    fig, axes = plt.subplots(2, 1, figsize=(12, 11))
+    cmap = plt.get_cmap("Blues")
+    for ax, offsets, mode, title in (
+            (axes[0], down, "down", "__shfl_down_sync(mask, v, offset): lane k adds lane k + offset "
+                                    "(chapter 2, version 3)"),
+            (axes[1], xor, "xor", "__shfl_xor_sync(mask, v, offset): lane k adds lane k ^ offset, "
+                                  "the butterfly (chapter 3, version 6)")):
+        steps = shuffle_sums(offsets, mode)
+        rows = len(steps)
+        ax.set_xlim(-4.5, WARP + 0.5)
+        ax.set_ylim(-GAP * rows - 1.2, 1.2)
+        ax.set_axis_off()
+        ax.set_title(title, fontsize=11.5)
+        for lane in range(WARP):
+            box(ax, lane + 0.1, 0, 0.8, 0.8, f"{lane}", face=LIGHT, size=8)
+        ax.text(-0.3, 0.4, "lane", ha="right", va="center", fontsize=9.5)
+        for r, (off, src, counts) in enumerate(steps):
+            y = -(r + 1) * GAP
+            ax.text(-0.3, y + 0.4, f"offset {off}", ha="right", va="center", fontsize=9.5)
+            for lane in range(WARP):
+                c = counts[lane]
+                if mode == "down" and lane >= off:  # no later step reads it
+                    box(ax, lane + 0.1, y, 0.8, 0.8, face=GREY, edge="#999999")
+                else:
+                    box(ax, lane + 0.1, y, 0.8, 0.8, f"{c}", color="white" if c >= 8 else INK,
+                        face=cmap(0.25 + 0.7 * math.log2(c) / 5), size=8)
+                s = src[lane]
+                if s < WARP and (mode == "xor" or lane < off):
+                    arrow(ax, (s + 0.5, y + GAP), (lane + 0.5, y + 0.8),
+                          color=RED if s > lane else GREEN, lw=0.6, style="-|>", scale=5)
+        full = sum(1 for c in steps[-1][2] if c == WARP)
+        ax.text(WARP + 0.3, -GAP * rows - 0.9, f"after {rows} steps: {full} lane{'s' if full > 1 else ''} "
+                f"hold{'s' if full == 1 else ''} the sum of all {WARP}", ha="right",
+                fontsize=10.5, fontweight="bold")
+    fig.text(0.5, 0.07, "Numbers: how many lanes' values each lane's v holds after the step (grey: no longer "
+             "read). Arrows: where the value added comes from.",
+             ha="center", fontsize=10)
+    save(fig, "ch2_shuffle.svg", out)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 3: the trees of versions 1-3, the grid-stride loop of version 6.
+
+TREE_FILES = {1: "ch3_block_reduction/v1_interleaved_divergent.cu",
+              2: "ch3_block_reduction/v2_interleaved_strided.cu",
+              3: "ch3_block_reduction/v3_sequential.cu"}
+TREE_TITLES = {1: "Version 1: thread tid adds when tid % (2s) == 0",
+               2: "Version 2: thread tid adds at index 2 * s * tid",
+               3: "Version 3: thread tid adds sdata[tid + s] for tid < s"}
+
+
+def ch3_tree(version, out, shown=16):
+    threads = constants(TREE_FILES[version])["kThreads"]
+    rounds = list(tree_rounds(version, threads))
+    if version == 2:  # the chapter's own count, which the table below must match
+        assert [r[:1] + r[2:] for r in rounds] == list(strided_rounds()(threads, BANKS))
+    small = list(tree_rounds(version, shown))
+    fig = plt.figure(figsize=(12, 5.6))
+    ax = fig.add_axes([0, 0, 0.6, 1])
+    ax.set_xlim(-3.2, shown + 3.6)
+    ax.set_ylim(-2.2 * len(small) - 1.6, 1.6)
+    ax.set_axis_off()
+    ax.set_title(TREE_TITLES[version] + f"\n(drawn for {shown} values; the kernel has {threads})",
+                 fontsize=11.5)
+    for i in range(shown):
+        box(ax, i + 0.05, 0, 0.9, 0.9, f"x{i}", face=LIGHT, size=8.5)
+    ax.text(-0.2, 0.45, "sdata", ha="right", va="center", fontsize=9.5)
+    for r, (s, adds, working, warps, ways) in enumerate(small):
+        y = -(r + 1) * 2.2
+        written = {word: tid for tid, word, _ in adds}
+        for i in range(shown):
+            if i in written:
+                box(ax, i + 0.05, y, 0.9, 0.9, f"t{written[i]}", face=BLUE, color="white", size=8.5)
+            else:
+                box(ax, i + 0.05, y, 0.9, 0.9, face="white", edge="#bbbbbb")
+        for tid, word, src in adds:
+            arrow(ax, (src + 0.5, y + 2.2), (word + 0.5, y + 0.9), color=ORANGE, lw=0.9, scale=7)
+            arrow(ax, (word + 0.5, y + 2.2), (word + 0.5, y + 0.9), color=GREY, lw=0.9, scale=7)
+        ax.text(-0.2, y + 0.45, f"s = {s}", ha="right", va="center", fontsize=9.5)
+        idle = sorted(set(range(shown)) - {t for t, _, _ in adds})
+        ax.text(shown + 0.3, y + 0.45, f"{working} working\nidle: "
+                + (f"t{idle[0]}-t{idle[-1]}" if idle == list(range(idle[0], idle[-1] + 1))
+                   else f"t{idle[0]}, t{idle[1]}, ... ({len(idle)})"),
+                ha="left", va="center", fontsize=8.5, color="#555555")
+    # the whole block: a table, and the banks of the worst round's first warp
+    tab = fig.add_axes([0.62, 0.5, 0.38, 0.42])
+    tab.set_axis_off()
+    rows = [[f"{s}", f"{working}", f"{warps}", f"{ways}"] for s, _, working, warps, ways in rounds]
+    table = tab.table(cellText=rows, colLabels=["s", "threads\nworking", "warps\nrunning",
+                                                "wavefronts\nper access"],
+                      loc="upper center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(10)
+    table.scale(1, 1.25)
+    for (row, col), cell in table.get_celld().items():
+        if row == 0:
+            cell.set_height(cell.get_height() * 2)
+        if row > 0 and col == 3 and int(rows[row - 1][3]) > 1:
+            cell.set_facecolor("#f6d3bd")
+    tab.set_title(f"The kernel's block of {threads} threads", fontsize=11.5)
+    s, adds, _, _, ways = max(rounds, key=lambda r: (r[4], -r[0]))
+    words = [word for tid, word, _ in adds if tid < WARP]
+    bank = fig.add_axes([0.62, 0.02, 0.38, 0.36])
+    rows_of_words = threads // BANKS
+    bank.set_xlim(-0.5, BANKS + 0.5)
+    bank.set_ylim(-rows_of_words - 0.3, 2.3)
+    bank.set_axis_off()
+    for w in range(threads):
+        r, b = divmod(w, BANKS)
+        box(bank, b, -r - 1, 1, 1, face=ORANGE if w in words and ways > 1 else BLUE if w in words
+            else "white", edge="#bbbbbb", lw=0.4)
+    bank.text(0, 0.3, f"sdata[{threads}], a column per bank: warp 0 writes at s = {s}\n"
+              f"{len(words)} words, at most {ways} in one bank: "
+              f"{ways} wavefront{'s' if ways > 1 else ''}", fontsize=9.5, va="bottom")
+    save(fig, f"ch3_tree_v{version}.svg", out)
+
+
+def ch3_tree_v1(out):
+    ch3_tree(1, out)
+
+
+def ch3_tree_v2(out):
+    ch3_tree(2, out)
+
+
+def ch3_tree_v3(out):
+    ch3_tree(3, out)
+
+
+DIAGRAMS = [primer_hierarchy, ch2_coalesced, ch2_atomics_queue, ch2_shuffle, ch3_tree_v1,
+            ch3_tree_v2, ch3_tree_v3]
+
+
+def main(argv=None):
+    global PREVIEW
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--png" in args:
+        i = args.index("--png")
+        PREVIEW = Path(args[i + 1])
+        PREVIEW.mkdir(parents=True, exist_ok=True)
+        del args[i:i + 2]
+    out = Path(args[0]) if args else OUT
+    for draw in DIAGRAMS:
+        draw(out)
+        print("drew", draw.__name__)
+
+
+if __name__ == "__main__":
+    main()
