@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # kernels.ops.llm_head: the chunk rule itself
 KERNELS = ROOT / "kernels"
 OUT = ROOT / "book" / "images"
 
@@ -424,8 +425,266 @@ def ch3_tree_v3(out):
     ch3_tree(3, out)
 
 
+
+def ch3_grid_stride(out, blocks=4, strides=8):
+    c = constants("ch3_block_reduction/v6_vectorized_grid_stride.cu")
+    threads, unroll = c["kThreads"], c["kUnroll"]
+    chunk = threads * 16  # bytes: one float4 per thread
+    fig, ax = canvas(12, 5.2, (-9, blocks * 6 + 9), (-strides * 1.3 - 2.6, 2.8))
+    colors = [BLUE, ORANGE, GREEN, "#8172b3"]
+    ax.text(-9, 2.4, f"Version 6: a grid of as many blocks as fit at once (drawn: {blocks}), each "
+            f"of {threads} threads; each load is a float4, {threads} x 16 B = {chunk // 1024} KiB "
+            f"per block", fontsize=11, va="top")
+    for b in range(blocks):
+        ax.text(b * 6 + 2.75, 0.6, f"block {b}", ha="center", fontsize=10, color=colors[b % 4],
+                fontweight="bold")
+    for r in range(strides):
+        y = -r * 1.3 - 0.6
+        for b in range(blocks):
+            box(ax, b * 6, y, 5.5, 1.0, f"{chunk // 1024} KiB", face=colors[b % 4], color="white",
+                size=9)
+        ax.text(-0.4, y + 0.5, f"+ {r} x stride", ha="right", va="center", fontsize=9.5)
+    for k in range(strides // unroll):
+        top, bottom = -k * unroll * 1.3 - 0.6 + 1.0, -(k + 1) * unroll * 1.3 - 0.6 + 1.3
+        x = blocks * 6 + 0.3
+        ax.plot([x, x + 0.5, x + 0.5, x], [top, top, bottom, bottom], color=INK, lw=1)
+        ax.text(x + 0.9, (top + bottom) / 2, f"loop iteration {k}:\n{unroll} loads in flight\n"
+                f"per thread", va="center", fontsize=9.5)
+    ax.text(-9, -strides * 1.3 - 1.2,
+            f"stride = gridDim.x x {threads} float4; thread t of block b reads vectors "
+            f"b x {threads} + t + (u + {unroll}k) x stride, u = 0..{unroll - 1}.\n"
+            "Each row is one pass of the whole grid over memory: a warp's 32 lanes read 512 "
+            "consecutive bytes; the rest of the input waits for the next iteration.",
+            fontsize=10, va="top")
+    save(fig, "ch3_grid_stride.svg", out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 4: tiles and partials in a fixed order.
+
+def tile_size(n: int, c: dict) -> int:
+    """Chapter 4 version 2's tile_size(n): a function of n only."""
+    tile = c["kStep"]
+    while tile < c["kMaxTile"] and -(-n // tile) > c["kWantedTiles"]:
+        tile *= 2
+    return tile
+
+
+def ch4_fixed_order(out, tiles=12):
+    c = constants("ch4_two_pass/v2_deterministic_tiles.cu")
+    tile = tile_size(tiles * c["kStep"], c)
+    n = tiles * tile
+    warps_per_block = c["kThreads"] // WARP
+    fig, ax = canvas(12, 5.4, (-5.5, tiles * 2 + 0.5), (-11.5, 2.6))
+    ax.text(-5.5, 2.4, f"n = {n:,}: tile_size(n) = {tile} elements, so {tiles} tiles, whatever "
+            "the grid", fontsize=11.5, fontweight="bold", va="top")
+    palette = plt.get_cmap("tab20")
+    for row, blocks in enumerate((1, 2)):
+        warps = blocks * warps_per_block
+        y = -row * 2.6
+        ax.text(-0.3, y + 0.4, f"grid of {blocks} block{'s' if blocks > 1 else ''}\n"
+                f"({warps} warps)", ha="right", va="center", fontsize=10)
+        for t in range(tiles):
+            w = t % warps
+            box(ax, t * 2, y, 1.9, 0.8, f"warp {w}", face=palette(w % 20), size=8.5)
+        ax.text(tiles, y - 0.55, "warp w sums tiles w, w + warps, ...: each tile alone, "
+                "its elements in a fixed order", ha="center", fontsize=9, color="#555555")
+    y = -5.6
+    ax.text(-0.3, y + 0.4, "partials\n(both grids)", ha="right", va="center", fontsize=10)
+    for t in range(tiles):
+        box(ax, t * 2, y, 1.9, 0.8, f"p{t}", face=LIGHT, size=9)
+        arrow(ax, (t * 2 + 0.95, -2.6), (t * 2 + 0.95, y + 0.8), color=GREY, lw=0.8, scale=6)
+    # pass 2: a fixed order over the partials
+    y2 = -9.5
+    box(ax, tiles - 7, y2, 14, 1.1, "pass 2: one block adds p0, p1, ... in float64,\n"
+        "always in the same order", face=ORANGE, color="white", size=9.5)
+    for t in range(tiles):
+        arrow(ax, (t * 2 + 0.95, y), (tiles, y2 + 1.1), color=GREY, lw=0.6, scale=6)
+    ax.text(-5.5, -11.3, "The grid decides only which warp takes which tile: every partial, "
+            "and so every bit of the result, depends on n alone.", fontsize=10.5)
+    save(fig, "ch4_fixed_order.svg", out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 5: the online softmax's merge, the threads per row.
+
+def ch5_online_merge(out):
+    row = [1.0, 3.0, -2.0, 0.5, 4.0, 2.5, -1.0, 1.5]  # any values: the merge is exact
+    halves = [row[:4], row[4:]]
+    pairs = [(max(h), sum(math.exp(x - max(h)) for x in h)) for h in halves]
+    m = max(p[0] for p in pairs)
+    total = sum(sb * math.exp(mb - m) for mb, sb in pairs)
+    lse = m + math.log(total)
+    direct = math.log(sum(math.exp(x) for x in row))
+    assert abs(lse - direct) < 1e-12
+    fig, ax = canvas(12, 4.8, (0, 24), (-9.4, 2.4))
+    ax.text(0, 2.2, "The online softmax keeps, per part of a row, a pair (m, s): its max and "
+            "the sum of exp(x - m)", fontsize=11.5, fontweight="bold", va="top")
+    for h, (vals, (mb, sb)) in enumerate(zip(halves, pairs)):
+        x0 = h * 12.5 + 0.5
+        for k, v in enumerate(vals):
+            box(ax, x0 + k * 2.2, -1.2, 2.0, 1.0, f"{v:g}", face=LIGHT, size=10)
+        box(ax, x0 + 1.5, -4.2, 6, 1.6, f"m{'ab'[h]} = {mb:g}\n"
+            f"s{'ab'[h]} = {sb:.4f}", face=BLUE, color="white", size=10.5)
+        arrow(ax, (x0 + 4.4, -1.2), (x0 + 4.5, -2.6), color=GREY)
+        arrow(ax, (x0 + 4.5, -4.2), (12, -5.6), color=GREY)
+    box(ax, 5, -8.2, 14, 2.6, f"m = max(ma, mb) = {m:g}\n"
+        f"s = sa exp(ma - m) + sb exp(mb - m) = {total:.4f}\n"
+        f"lse = m + log s = {lse:.6f}", face=ORANGE, color="white", size=10.5)
+    ax.text(12, -9.1, f"the same as log(sum(exp(x))) over the row: {direct:.6f}. No part is "
+            "read twice, and the pairs merge in any grouping.", ha="center", fontsize=10, va="top")
+    save(fig, "ch5_online_merge.svg", out)
+
+
+def threads_per_row(C: int, c: dict, vec: int = 4) -> tuple[int, str]:
+    """Chapter 5 version 3's launch_rows for fp32 (vec = 4): (threads per row, path)."""
+    if C % vec == 0 and C <= 32 * 32:
+        tpr = 1
+        while tpr < 32 and C > 32 * tpr:
+            tpr *= 2
+        return tpr, "registers"
+    if C % vec == 0 and C <= 128 * 32:
+        return 128, "registers"
+    if C <= c["kShortLoads"]:
+        return 1, "one value per load"
+    if C <= 32 * c["kShortLoads"]:
+        return 32, "one value per load"
+    return c["kStreamThreads"], "streaming"
+
+
+def ch5_threads_per_row(out):
+    c = constants("ch5_cross_entropy/v3_fused_rows.cu")
+    fig, ax = plt.subplots(figsize=(12, 4.8))
+    sizes = sorted({2 ** k for k in range(2, 18)} | {3 * 2 ** k for k in range(1, 16)})
+    for vec_ok, color, label in ((True, BLUE, "rows a multiple of 16 bytes (C % 4 == 0)"),
+                                 (False, ORANGE, "other lengths (C % 4 != 0)")):
+        xs = [C for C in sizes if (C % 4 == 0) == vec_ok]
+        if not vec_ok:
+            xs = sorted({2 ** k + 1 for k in range(2, 18)} | {10, 50257})
+        ys = [threads_per_row(C, c)[0] for C in xs]
+        ax.step(xs, ys, where="post", color=color, lw=2, label=label, marker="o", ms=4)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_yticks([1, 2, 4, 8, 16, 32, 128, 512], ["1", "2", "4", "8", "16", "32 (a warp)",
+                                                   "128", "512"])
+    ax.set_xlabel("classes per row, C (fp32)")
+    ax.set_ylabel("threads per row")
+    ax.set_title("Chapter 5, version 3: as few threads per row as hold it, 32 values each")
+    for C in (8, 100, 1000, 4096, 128256):
+        tpr, path = threads_per_row(C, c)
+        block = tpr if tpr > 32 else c["kGroupThreads"]
+        ax.annotate(f"C = {C}: {tpr} thread{'s' if tpr > 1 else ''}, {path}\n"
+                    f"{block // tpr} row{'s' if block // tpr > 1 else ''} per block of {block}",
+                    (C, tpr), xytext=(6, 14 if C < 10 or C >= 4096 else -30), textcoords="offset points",
+                    fontsize=9, arrowprops={"arrowstyle": "-", "color": GREY})
+    ax.legend(loc="upper left", fontsize=10, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_ylim(0.6, 1400)
+    save(fig, "ch5_threads_per_row.svg", out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 7: the cluster, the LM head's chunks.
+
+def ch7_cluster(out, classes=128256, elem=2):
+    c = constants("ch7_llm_cross_entropy/v4_cluster_rows.cu")
+    row_bytes = classes * elem
+    n = min(-(-row_bytes // c["kSliceBytes"]), c["kMaxCluster"])
+    slice_bytes = -(-(row_bytes // 16) // n) * 16
+    fig, ax = canvas(12, 5.6, (-0.5, n * 3 + 0.5), (-10.5, 3.2))
+    ax.text(-0.5, 3.0, f"A row of {classes:,} bf16 logits ({row_bytes / 1024:.0f} KiB): a cluster "
+            f"of n = ceil({row_bytes} / {c['kSliceBytes']}) = {n} blocks of "
+            f"{c['kClusterThreads']} threads", fontsize=11.5, fontweight="bold", va="top")
+    for b in range(n):
+        x = b * 3
+        box(ax, x, 0.6, 2.9, 0.8, f"slice {b}", face=LIGHT, size=9)
+        arrow(ax, (x + 1.45, 0.6), (x + 1.45, -0.4), color=GREY, scale=7)
+        box(ax, x + 0.1, -3.6, 2.7, 3.2, f"block {b}\nSM {b}\n\nsmem:\n{slice_bytes / 1024:.1f} KiB",
+            face="#f6f6f6", size=9)
+        box(ax, x + 0.3, -5.0, 2.3, 1.0, f"(m{b}, s{b})", face=BLUE, color="white", size=9.5)
+        arrow(ax, (x + 1.45, -5.0), (n * 1.5, -6.8), color=ORANGE, lw=0.8, scale=7)
+    box(ax, 0, -8.4, n * 3, 1.6, f"cluster barrier; then every warp of every block reads "
+        f"the {n} pairs through DSMEM\nm = max mb,  s = sum sb exp(mb - m),  lse = m + log s "
+        "(the same order in every block)", face=ORANGE, color="white", size=9.5)
+    ax.text(-0.5, -9.2, f"cp.async copies each slice ({slice_bytes} B = the row / {n}, rounded "
+            "to 16 B) into its block's shared memory; the gradient of the slice is then written "
+            "from there:\nthe logits are read once, the gradient written once.", fontsize=10,
+            va="top")
+    save(fig, "ch7_cluster.svg", out)
+
+
+def ch7_lm_head_chunks(out, tokens=8192, vocab=128256, elem=2):
+    from kernels.ops.llm_head import CHUNK_BYTES, default_chunk_rows
+
+    rows = default_chunk_rows(vocab, elem)
+    chunks = -(-tokens // rows)
+    chunk_mib = rows * vocab * elem / 2**20
+    full_gib = tokens * vocab * elem / 2**30
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.7, 1], "wspace": 0.25})
+    ax.set_xlim(-0.5, 17.5)
+    ax.set_ylim(-chunks - 1.5, 2.2)
+    ax.set_axis_off()
+    ax.set_title(f"{tokens} tokens in {chunks} chunks of {rows} rows (V = {vocab:,}, bf16)")
+    for k in range(chunks):
+        y = -k - 0.9
+        box(ax, 0, y, 4.4, 0.8, f"tokens {k * rows}-{(k + 1) * rows - 1}", size=8.5,
+            face=BLUE if k == 2 else LIGHT, color="white" if k == 2 else INK)
+    ax.text(2.2, 0.3, "hidden", ha="center", fontsize=10)
+    steps = [f"1. logits = hidden[chunk] @ W.T\n    into one scratch buffer of {chunk_mib:.1f} MiB",
+             "2. chapter 7's kernel: loss, and dlogits\n    written over the logits",
+             "3. grad_W += dlogits.T @ hidden[chunk]\n    grad_hidden[chunk] = dlogits @ W"]
+    for j, text in enumerate(steps):
+        box(ax, 5.6, -1.4 - j * 2.4, 11.9, 1.9, text, face="#f6f6f6", size=9.5)
+    arrow(ax, (4.45, -2.5), (5.55, -2.4), color=BLUE, lw=1.5)
+    ax.text(5.6, -chunks - 1.2, "then the next chunk reuses the same buffer", fontsize=9.5,
+            style="italic")
+    labels = ["all logits", "one chunk"]
+    values = [full_gib * 1024, chunk_mib]
+    bars.barh(labels, values, color=[ORANGE, GREEN])
+    for y, v in enumerate(values):
+        bars.text(v * 1.02, y, f"{v / 1024:.2f} GiB" if v > 1024 else f"{v:.1f} MiB",
+                  va="center", fontsize=10)
+    bars.set_xlim(0, values[0] * 1.35)
+    bars.set_xlabel("memory for the logits, MiB")
+    bars.set_title(f"chunk_rows: the most multiples of 128 rows\nin {CHUNK_BYTES / 2**20:.0f} MiB")
+    bars.spines[["top", "right"]].set_visible(False)
+    save(fig, "ch7_lm_head_chunks.svg", out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 8: the vocab-parallel all-reduce.
+
+def ch8_vocab_parallel(out, ranks=2, vocab=128256, elem=2):
+    shard = vocab // ranks
+    floats = {"MAX": 1, "SUM": 2}  # kernels/ops/vocab_parallel.py row_log_sum_exp, no smoothing
+    per_row = 4 * sum(floats.values())
+    fig, ax = canvas(12, 5.0, (-1, 25), (-9.8, 2.6))
+    ax.text(-1, 2.4, f"Row i of the logits, split by vocabulary over {ranks} GPUs: "
+            f"{shard:,} columns ({shard * elem / 1024:.0f} KiB of bf16) each", fontsize=11.5,
+            fontweight="bold", va="top")
+    for r in range(ranks):
+        x = r * 12.5
+        box(ax, x, 0, 11.5, 0.9, f"rank {r}: columns {r * shard:,} - {(r + 1) * shard - 1:,}",
+            face=LIGHT, size=10)
+        box(ax, x + 1, -2.9, 9.5, 1.9, f"shard_stats: one read of the shard\n"
+            f"m{r} = max,  S{r} = sum exp(x - m{r}),  x_t (or 0)", face=BLUE, color="white",
+            size=9.5)
+        arrow(ax, (x + 5.75, 0), (x + 5.75, -1.0), color=GREY)
+        arrow(ax, (x + 5.75, -2.9), (12, -4.2), color=GREY)
+    box(ax, 4, -6.0, 16, 1.8, f"all-reduce MAX of {floats['MAX']} float: M = max m_r\n"
+        f"all-reduce SUM of {floats['SUM']} floats: S_r exp(m_r - M), x_t  (3 with label "
+        "smoothing: + sum of x)", face=ORANGE, color="white", size=9.5)
+    ax.text(12, -6.6, f"{per_row} bytes per row cross the GPUs (16 with smoothing), not the "
+            f"row's {vocab * elem:,} bytes of logits", ha="center", va="top", fontsize=10.5,
+            fontweight="bold")
+    ax.text(12, -7.6, "lse = M + log(sum); then each rank writes the gradient of its own "
+            "columns, with no more communication", ha="center", va="top", fontsize=10)
+    save(fig, "ch8_vocab_parallel.svg", out)
+
+
 DIAGRAMS = [primer_hierarchy, ch2_coalesced, ch2_atomics_queue, ch2_shuffle, ch3_tree_v1,
-            ch3_tree_v2, ch3_tree_v3]
+            ch3_tree_v2, ch3_tree_v3, ch3_grid_stride, ch4_fixed_order, ch5_online_merge,
+            ch5_threads_per_row, ch7_cluster, ch7_lm_head_chunks, ch8_vocab_parallel]
 
 
 def main(argv=None):
