@@ -69,3 +69,28 @@ def test_chapter_3_tree_matches_the_chapters_strided_rounds():
     assert rounds == list(diagrams.strided_rounds()(256, 32))
     assert [r[4] for r in diagrams.tree_rounds(3, 256)] == [1] * 8  # sequential: no conflict
     assert max(r[3] for r in rounds) == 8
+
+
+# The book shows a figure at 100% of its content column, about 800 px wide at a 1280 px window:
+# an SVG `width` pt wide draws a `size`-unit text at size * 800 / width px there.
+COLUMN_PX, MIN_TEXT_PX = 800, 12
+
+
+def smallest_text_px(svg: str) -> float:
+    width = float(re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"', svg).group(1))
+    sizes = [float(s) for s in re.findall(r"font-size: ?([\d.]+)px", svg)]
+    return min(sizes) * COLUMN_PX / width
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "book" / "images").glob("ch*.svg"))
+                         + ["primer_hierarchy.svg"])
+def test_diagram_text_is_readable_in_the_column(name):
+    px = smallest_text_px((ROOT / "book" / "images" / name).read_text())
+    assert px >= MIN_TEXT_PX, (f"{name}: its smallest text shows at {px:.1f} px in the book's "
+                               f"column; draw it narrower (tools/diagrams.py WIDTH) or larger")
+
+
+def test_the_readability_check_can_fail():
+    wide = '<svg width="864pt" height="300pt"><text style="font-size: 8.5px">x</text></svg>'
+    assert smallest_text_px(wide) < MIN_TEXT_PX  # the 12-inch figures this check replaced: 7.9 px
+    assert smallest_text_px(wide.replace("864pt", "605pt").replace("8.5px", "9.5px")) >= 12

@@ -10,13 +10,17 @@ typed. Change a kernel's parameter and rerun this script; tests/test_diagrams.py
 committed files are what it draws.
 
 The SVG files keep their text as text (svg.fonttype "none") and carry no date, so two runs give
-the same bytes.
+the same bytes. Every figure is drawn at the width the book shows it (WIDTH, the content column)
+with no text under MIN_FONT points, so its smallest text reads at 12 px or more in the column:
+the book scales an SVG to the column, and text drawn on a wider figure shrinks with it
+(tests/test_diagrams.py checks the ratio on the files).
 """
 from __future__ import annotations
 
 import ast
 import math
 import re
+import textwrap
 import sys
 from pathlib import Path
 
@@ -35,8 +39,8 @@ plt.rcParams.update({
     "svg.fonttype": "none",        # text stays text: smaller files, crisp at any width
     "svg.hashsalt": "diagrams",    # fixed ids: the same bytes on every run
     "font.family": "DejaVu Sans",
-    "font.size": 11,
-    "axes.titlesize": 12,
+    "font.size": 10.5,
+    "axes.titlesize": 11.5,
     "axes.titleweight": "bold",
 })
 
@@ -47,6 +51,11 @@ BANKS = 32     # shared-memory banks of 4-byte words
 SECTOR = 32    # bytes: the unit DRAM and L2 move
 LINE = 128     # bytes: a cache line, four sectors
 PREVIEW = None  # a folder for PNG previews (--png DIR)
+# The book's content column is about 800 px wide at a 1280 px window and shows each figure at
+# 100%: a figure WIDTH inches wide (WIDTH * 72 pt) draws a MIN_FONT-point text at
+# MIN_FONT * 800 / (WIDTH * 72) = 12.9 px.
+WIDTH = 8.3
+MIN_FONT = 9.5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,10 +123,18 @@ def tree_rounds(version: int, threads: int, banks: int = BANKS):
 
 def canvas(width, height, xlim, ylim):
     fig, ax = plt.subplots(figsize=(width, height))
+    fig.subplots_adjust(left=0, right=1, bottom=0, top=1)  # the whole width is the drawing's
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.set_axis_off()
     return fig, ax
+
+
+def wrap(text: str, size: float, inches: float = WIDTH - 0.2, em: float = 0.55) -> str:
+    """Break text into lines that fit `inches` at `size` points (`em`: a character's mean width,
+    0.55 for DejaVu Sans, 0.62 for its bold)."""
+    return "\n".join(textwrap.fill(part, int(inches * 72 / (em * size)))
+                     for part in text.split("\n"))
 
 
 def box(ax, x, y, w, h, text="", face=LIGHT, edge=INK, size=10, color=INK, lw=0.8, **kw):
@@ -149,43 +166,43 @@ def primer_hierarchy(out):
     warps = threads // WARP
     per_sm = 2048 // threads  # an SM holds at most 2048 threads (sm_80, sm_90)
     blocks, sms = 12, 4
-    fig, ax = canvas(12, 5.2, (0, 120), (0, 52))
-    ax.text(0, 50, f"The grid: blocks of {threads} threads (blockIdx.x = 0, 1, ...)",
-            fontsize=12, fontweight="bold", va="top")
-    bw = 4.6
+    fig, ax = canvas(WIDTH, 7.3, (0, 100), (-8, 80))
+    ax.text(0, 80, f"The grid: blocks of {threads} threads (blockIdx.x = 0, 1, ...)",
+            fontsize=11.5, fontweight="bold", va="top")
+    bw = 7.5
     for b in range(blocks):
-        box(ax, b * (bw + 0.6), 40, bw, 5, f"{b}", face=BLUE if b == 0 else LIGHT,
+        box(ax, b * (bw + 0.8), 68, bw, 5, f"{b}", face=BLUE if b == 0 else LIGHT,
             color="white" if b == 0 else INK)
-    ax.text(0, 35, f"... placed on the SMs: up to {per_sm} blocks ({per_sm * threads} threads) "
-            f"per SM", fontsize=11, va="top")
+    ax.text(0, 65, f"... placed on the SMs: up to {per_sm} blocks ({per_sm * threads} threads) "
+            f"per SM", fontsize=10.5, va="top")
+    ax.text(0, 61, "blocks run in any order, on any SM; more blocks than fit wait their turn",
+            fontsize=10, style="italic", va="top")
     for m in range(sms):
-        x = m * 16.2
-        box(ax, x, 6, 15, 25, face="#f6f6f6")
-        ax.text(x + 7.5, 28.5, f"SM {m}", ha="center", fontsize=11, fontweight="bold")
+        x = m * 25.4
+        box(ax, x, 31, 23.5, 25, face="#f6f6f6")
+        ax.text(x + 11.75, 53.5, f"SM {m}", ha="center", va="center", fontsize=10.5,
+                fontweight="bold")
         for k, b in enumerate(range(m, blocks, sms)):
-            box(ax, x + 2, 21 - k * 6.5, 11, 5, f"block {b}",
+            box(ax, x + 3, 45 - k * 6.5, 17.5, 5, f"block {b}",
                 face=BLUE if b == 0 else LIGHT, color="white" if b == 0 else INK)
-    ax.text(0, 2, "blocks run in any order, on any SM; more blocks than fit wait their turn",
-            fontsize=10, style="italic")
+    arrow(ax, (11.75, 31), (11.75, 25.5), color=GREY, lw=1.2)
     # block 0: its warps
-    x0 = 70
-    ax.text(x0, 50, f"Block 0: {threads} threads = {warps} warps of {WARP}", fontsize=12,
+    ax.text(0, 25, f"Block 0: {threads} threads\n= {warps} warps of {WARP}", fontsize=11,
             fontweight="bold", va="top")
     for w in range(warps):
-        y = 41 - w * 4.2
-        box(ax, x0, y, 20, 3.4, f"warp {w}: threads {w * WARP}-{(w + 1) * WARP - 1}",
+        y = 16.5 - w * 3.1
+        box(ax, 0, y, 25, 2.7, f"warp {w}: threads {w * WARP}-{(w + 1) * WARP - 1}",
             face=BLUE if w == 0 else LIGHT, color="white" if w == 0 else INK, size=9.5)
-    arrow(ax, (4 * (bw + 0.6) + 3.5, 42.5), (x0 - 1, 42.5), color=GREY, lw=1.2)
     # warp 0: its lanes
-    x1 = 94
-    ax.text(x1, 44, f"Warp 0: {WARP} lanes, one instruction\nat a time for all of them",
-            fontsize=11, va="top")
+    x1 = 34
+    ax.text(x1, 25, f"Warp 0: {WARP} lanes, one instruction\nat a time for all of them",
+            fontsize=10.5, va="top")
     for lane in range(WARP):
         r, c = divmod(lane, 8)
-        box(ax, x1 + c * 3.2, 32 - r * 3.6, 3, 3.2, f"{lane}", face=BLUE, color="white", size=8.5)
-    arrow(ax, (x0 + 20.5, 42.7), (x1 - 0.5, 34), color=GREY, lw=1.2)
-    ax.text(x1, 16, "threadIdx.x = 0 ... 31\nlane = threadIdx.x % 32\n"
-            "element = blockIdx.x * blockDim.x\n              + threadIdx.x", fontsize=10, va="top",
+        box(ax, x1 + c * 3.6, 14 - r * 4, 3.3, 3.4, f"{lane}", face=BLUE, color="white", size=9.5)
+    arrow(ax, (25.3, 17.85), (x1 - 0.5, 15.7), color=GREY, lw=1.2)
+    ax.text(66, 17.4, "threadIdx.x = 0 ... 31\nlane = threadIdx.x % 32\n\n"
+            "element =\n  blockIdx.x * blockDim.x\n  + threadIdx.x", fontsize=9.5, va="top",
             family="DejaVu Sans Mono")
     save(fig, "primer_hierarchy.svg", out)
 
@@ -204,19 +221,20 @@ def ch2_coalesced(out):
     threads = constants("ch2_atomics/v2_thread_accumulate.cu")["kThreads"]
     per_sector = SECTOR // 4
     lines = 8
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.3), gridspec_kw={"wspace": 0.08})
+    fig.subplots_adjust(left=0, right=1, bottom=0.12)
     for ax, stride, title in ((axes[0], 1, "Coalesced: lane k reads float k"),
                               (axes[1], per_sector, f"Strided: lane k reads float {per_sector}k")):
         words, sectors = warp_sectors(stride)
-        ax.set_xlim(-1, WARP + 1)
-        ax.set_ylim(-lines - 1.5, 5.5)
+        ax.set_xlim(-0.5, WARP + 0.5)
+        ax.set_ylim(-lines - 4.6, 5.6)
         ax.set_axis_off()
-        ax.set_title(title)
+        ax.set_title(title, fontsize=11)
         for lane in range(WARP):
             box(ax, lane, 3, 1, 1.3, "", face=BLUE)
-        ax.text(-0.5, 4.9, "warp: lanes 0-31", fontsize=10)
-        ax.text(-0.5, 0.2, f"memory: rows of {LINE} B, {LINE // SECTOR} sectors of {SECTOR} B",
-                fontsize=10)
+        ax.text(0, 4.8, "warp: lanes 0-31", fontsize=10)
+        ax.text(0, -lines - 0.2, f"memory: rows of {LINE} B, {LINE // SECTOR} sectors of "
+                f"{SECTOR} B", fontsize=10, va="top")
         for line in range(lines):
             for col in range(WARP):
                 word = line * WARP + col
@@ -231,13 +249,14 @@ def ch2_coalesced(out):
             arrow(ax, (lane + 0.5, 3), (word % WARP + 0.5, -(word // WARP)), color=GREY, lw=0.8,
                   scale=6)
         moved = len(sectors) * SECTOR
-        ax.text(0, -lines - 1.3,
-                f"{len(sectors)} sector{'s' if len(sectors) > 1 else ''} of {SECTOR} B moved: "
+        ax.text(0, -lines - 1.8,
+                f"{len(sectors)} sector{'s' if len(sectors) > 1 else ''} of {SECTOR} B moved:\n"
                 f"{moved} B for {4 * WARP} B used ({4 * WARP / moved:.0%})", fontsize=10.5,
                 va="top", fontweight="bold")
-    fig.text(0.5, -0.04, f"blue: the 4-byte floats the warp uses; orange: bytes moved but unused. "
-             f"Version 2's grid-stride loop keeps lane k of block b on element "
-             f"b * {threads} + k + i * stride: the left picture.", ha="center", fontsize=10)
+    fig.text(0.5, 0.1, wrap(f"blue: the 4-byte floats the warp uses; orange: bytes moved but "
+             f"unused. Version 2's grid-stride loop keeps lane k of block b on element "
+             f"b * {threads} + k + i * stride: the left picture.", 10), ha="center", va="top",
+             fontsize=10)
     save(fig, "ch2_coalesced.svg", out)
 
 
@@ -247,9 +266,10 @@ def ch2_atomics_queue(out):
     resident = sms * (2048 // threads)
     counts = [("v1: one per element", n), ("v2: one per thread", resident * threads),
               ("v3: one per warp", resident * threads // WARP), ("v4: one per block", resident)]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.25]})
+    fig, (left, right) = plt.subplots(2, 1, figsize=(WIDTH, 6.6),
+                                      gridspec_kw={"height_ratios": [0.8, 1], "hspace": 0.3})
     left.set_xlim(0, 40)
-    left.set_ylim(0, 30)
+    left.set_ylim(0, 28)
     left.set_axis_off()
     left.set_title("Every atomicAdd to one address waits its turn")
     box(left, 31, 12, 8, 6, "out\n(L2)", face=ORANGE, color="white", size=11)
@@ -258,7 +278,7 @@ def ch2_atomics_queue(out):
     left.text(21, 17.2, "queue at the one address", ha="center", fontsize=10)
     for k in range(8):
         y = 3 + k * 3.2
-        left.text(0, y, f"thread {k}", fontsize=9, va="center")
+        left.text(0, y, f"thread {k}", fontsize=10, va="center")
         arrow(left, (6, y), (11.5, 15), color=GREY, lw=0.8, scale=6)
     left.text(23, 10, "the L2 serves them one after another:\nmore threads only lengthen the queue",
               ha="center", fontsize=10, va="top")
@@ -267,11 +287,16 @@ def ch2_atomics_queue(out):
     right.barh(labels, values, color=[GREEN, GREEN, BLUE, ORANGE])
     right.set_xscale("log")
     right.set_xlim(100, n * 40)
+    # plain labels: matplotlib's 10^k draws its exponent at 70%, under MIN_FONT
+    ticks = [10 ** k for k in range(2, 9)]
+    right.set_xticks(ticks, [f"{t:,}" if t < 10**4 else f"{t // 1000:,}k" if t < 10**6
+                             else f"{t // 10**6:,}M" for t in ticks])
+    right.minorticks_off()
     for y, v in enumerate(values):
         right.text(v * 1.3, y, f"{v:,}", va="center", fontsize=10)
     right.set_title(f"Atomics on the one address for n = 2^{n.bit_length() - 1}")
-    right.set_xlabel(f"atomics (v2-v4: a grid of {resident} blocks of {threads} threads, "
-                     f"{2048 // threads} per SM on {sms} SMs)")
+    right.set_xlabel(wrap(f"atomics (v2-v4: a grid of {resident} blocks of {threads} threads, "
+                          f"{2048 // threads} per SM on {sms} SMs)", 10.5))
     right.spines[["top", "right"]].set_visible(False)
     save(fig, "ch2_atomics_queue.svg", out)
 
@@ -295,45 +320,48 @@ def shuffle_sums(offsets, mode):
 def ch2_shuffle(out):
     down = shuffle_offsets("ch2_atomics/v3_warp_atomics.cu")
     xor = shuffle_offsets("ch3_block_reduction/v6_vectorized_grid_stride.cu")
-    fig, axes = plt.subplots(2, 1, figsize=(12, 11))
+    fig, axes = plt.subplots(2, 1, figsize=(WIDTH, 10.5), gridspec_kw={"hspace": 0.25})
+    fig.subplots_adjust(left=0, right=1, top=0.95, bottom=0.1)  # the lanes get the width
     cmap = plt.get_cmap("Blues")
     for ax, offsets, mode, title in (
-            (axes[0], down, "down", "__shfl_down_sync(mask, v, offset): lane k adds lane k + offset "
+            (axes[0], down, "down", "__shfl_down_sync(mask, v, offset): lane k adds lane k + offset\n"
                                     "(chapter 2, version 3)"),
-            (axes[1], xor, "xor", "__shfl_xor_sync(mask, v, offset): lane k adds lane k ^ offset, "
+            (axes[1], xor, "xor", "__shfl_xor_sync(mask, v, offset): lane k adds lane k ^ offset,\n"
                                   "the butterfly (chapter 3, version 6)")):
         steps = shuffle_sums(offsets, mode)
         rows = len(steps)
-        ax.set_xlim(-4.5, WARP + 0.5)
-        ax.set_ylim(-GAP * rows - 1.2, 1.2)
+        ax.set_xlim(-2.2, WARP + 0.1)
+        ax.set_ylim(-GAP * rows - 1.4, 1.4)
         ax.set_axis_off()
-        ax.set_title(title, fontsize=11.5)
+        ax.set_title(title, fontsize=11)
+        # digits are 0.64 em: a two-digit label at MIN_FONT needs the 0.9 of a lane drawn here
         for lane in range(WARP):
-            box(ax, lane + 0.1, 0, 0.8, 0.8, f"{lane}", face=LIGHT, size=8)
-        ax.text(-0.3, 0.4, "lane", ha="right", va="center", fontsize=9.5)
+            box(ax, lane + 0.05, 0, 0.9, 0.8, f"{lane}", face=LIGHT, size=MIN_FONT)
+        ax.text(-0.2, 1.1, "offset", ha="right", va="bottom", fontsize=9.5)
+        ax.text(-0.2, 0.4, "lane", ha="right", va="center", fontsize=9.5)
         for r, (off, src, counts) in enumerate(steps):
             y = -(r + 1) * GAP
-            ax.text(-0.3, y + 0.4, f"offset {off}", ha="right", va="center", fontsize=9.5)
+            ax.text(-0.2, y + 0.4, f"{off}", ha="right", va="center", fontsize=10,
+                    fontweight="bold")
             for lane in range(WARP):
                 c = counts[lane]
                 if mode == "down" and lane >= off:  # no later step reads it
-                    box(ax, lane + 0.1, y, 0.8, 0.8, face=GREY, edge="#999999")
+                    box(ax, lane + 0.05, y, 0.9, 0.8, face=GREY, edge="#999999")
                 else:
-                    box(ax, lane + 0.1, y, 0.8, 0.8, f"{c}", color="white" if c >= 8 else INK,
-                        face=cmap(0.25 + 0.7 * math.log2(c) / 5), size=8)
+                    box(ax, lane + 0.05, y, 0.9, 0.8, f"{c}", color="white" if c >= 8 else INK,
+                        face=cmap(0.25 + 0.7 * math.log2(c) / 5), size=MIN_FONT)
                 s = src[lane]
                 if s < WARP and (mode == "xor" or lane < off):
                     arrow(ax, (s + 0.5, y + GAP), (lane + 0.5, y + 0.8),
                           color=RED if s > lane else GREEN, lw=0.6, style="-|>", scale=5)
         full = sum(1 for c in steps[-1][2] if c == WARP)
-        ax.text(WARP + 0.3, -GAP * rows - 0.9, f"after {rows} steps: {full} lane{'s' if full > 1 else ''} "
+        ax.text(WARP, -GAP * rows - 0.9, f"after {rows} steps: {full} lane{'s' if full > 1 else ''} "
                 f"hold{'s' if full == 1 else ''} the sum of all {WARP}", ha="right",
                 fontsize=10.5, fontweight="bold")
-    fig.text(0.5, 0.07, "Numbers: how many lanes' values each lane's v holds after the step (grey: no longer "
-             "read). Arrows: where the value added comes from.",
-             ha="center", fontsize=10)
+    fig.text(0.5, 0.08, wrap("Numbers: how many lanes' values each lane's v holds after the step "
+             "(grey: no longer read). Arrows: where the value added comes from.", 10),
+             ha="center", va="top", fontsize=10)
     save(fig, "ch2_shuffle.svg", out)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,35 +381,37 @@ def ch3_tree(version, out, shown=16):
     if version == 2:  # the chapter's own count, which the table below must match
         assert [r[:1] + r[2:] for r in rounds] == list(strided_rounds()(threads, BANKS))
     small = list(tree_rounds(version, shown))
-    fig = plt.figure(figsize=(12, 5.6))
-    ax = fig.add_axes([0, 0, 0.6, 1])
-    ax.set_xlim(-3.2, shown + 3.6)
-    ax.set_ylim(-2.2 * len(small) - 1.6, 1.6)
+    # the tree on top, the whole block's table and bank map below it
+    fig = plt.figure(figsize=(WIDTH, 7.8))
+    ax = fig.add_axes([0, 0.42, 1, 0.58])
+    ax.set_xlim(-2.4, shown + 6.2)
+    ax.set_ylim(-2.2 * len(small) - 0.4, 1.2)
     ax.set_axis_off()
     ax.set_title(TREE_TITLES[version] + f"\n(drawn for {shown} values; the kernel has {threads})",
                  fontsize=11.5)
     for i in range(shown):
-        box(ax, i + 0.05, 0, 0.9, 0.9, f"x{i}", face=LIGHT, size=8.5)
-    ax.text(-0.2, 0.45, "sdata", ha="right", va="center", fontsize=9.5)
+        box(ax, i + 0.05, 0, 0.9, 0.9, f"x{i}", face=LIGHT, size=MIN_FONT)
+    ax.text(-0.2, 0.45, "sdata", ha="right", va="center", fontsize=10)
     for r, (s, adds, working, warps, ways) in enumerate(small):
         y = -(r + 1) * 2.2
         written = {word: tid for tid, word, _ in adds}
         for i in range(shown):
             if i in written:
-                box(ax, i + 0.05, y, 0.9, 0.9, f"t{written[i]}", face=BLUE, color="white", size=8.5)
+                box(ax, i + 0.05, y, 0.9, 0.9, f"t{written[i]}", face=BLUE, color="white",
+                    size=MIN_FONT)
             else:
                 box(ax, i + 0.05, y, 0.9, 0.9, face="white", edge="#bbbbbb")
         for tid, word, src in adds:
             arrow(ax, (src + 0.5, y + 2.2), (word + 0.5, y + 0.9), color=ORANGE, lw=0.9, scale=7)
             arrow(ax, (word + 0.5, y + 2.2), (word + 0.5, y + 0.9), color=GREY, lw=0.9, scale=7)
-        ax.text(-0.2, y + 0.45, f"s = {s}", ha="right", va="center", fontsize=9.5)
+        ax.text(-0.2, y + 0.45, f"s = {s}", ha="right", va="center", fontsize=10)
         idle = sorted(set(range(shown)) - {t for t, _, _ in adds})
         ax.text(shown + 0.3, y + 0.45, f"{working} working\nidle: "
                 + (f"t{idle[0]}-t{idle[-1]}" if idle == list(range(idle[0], idle[-1] + 1))
                    else f"t{idle[0]}, t{idle[1]}, ... ({len(idle)})"),
-                ha="left", va="center", fontsize=8.5, color="#555555")
+                ha="left", va="center", fontsize=9.5, color="#555555")
     # the whole block: a table, and the banks of the worst round's first warp
-    tab = fig.add_axes([0.62, 0.5, 0.38, 0.42])
+    tab = fig.add_axes([0, 0, 0.46, 0.34])
     tab.set_axis_off()
     rows = [[f"{s}", f"{working}", f"{warps}", f"{ways}"] for s, _, working, warps, ways in rounds]
     table = tab.table(cellText=rows, colLabels=["s", "threads\nworking", "warps\nrunning",
@@ -395,21 +425,21 @@ def ch3_tree(version, out, shown=16):
             cell.set_height(cell.get_height() * 2)
         if row > 0 and col == 3 and int(rows[row - 1][3]) > 1:
             cell.set_facecolor("#f6d3bd")
-    tab.set_title(f"The kernel's block of {threads} threads", fontsize=11.5)
+    tab.set_title(f"The kernel's block of {threads} threads", fontsize=11)
     s, adds, _, _, ways = max(rounds, key=lambda r: (r[4], -r[0]))
     words = [word for tid, word, _ in adds if tid < WARP]
-    bank = fig.add_axes([0.62, 0.02, 0.38, 0.36])
+    bank = fig.add_axes([0.52, 0.02, 0.48, 0.3])
     rows_of_words = threads // BANKS
     bank.set_xlim(-0.5, BANKS + 0.5)
-    bank.set_ylim(-rows_of_words - 0.3, 2.3)
+    bank.set_ylim(-rows_of_words - 0.3, 5)
     bank.set_axis_off()
     for w in range(threads):
         r, b = divmod(w, BANKS)
         box(bank, b, -r - 1, 1, 1, face=ORANGE if w in words and ways > 1 else BLUE if w in words
             else "white", edge="#bbbbbb", lw=0.4)
-    bank.text(0, 0.3, f"sdata[{threads}], a column per bank: warp 0 writes at s = {s}\n"
-              f"{len(words)} words, at most {ways} in one bank: "
-              f"{ways} wavefront{'s' if ways > 1 else ''}", fontsize=9.5, va="bottom")
+    bank.text(0, 0.3, f"sdata[{threads}], a column per bank:\nwarp 0 writes at s = {s}, "
+              f"{len(words)} words,\nat most {ways} in one bank: "
+              f"{ways} wavefront{'s' if ways > 1 else ''}", fontsize=10, va="bottom")
     save(fig, f"ch3_tree_v{version}.svg", out)
 
 
@@ -425,16 +455,15 @@ def ch3_tree_v3(out):
     ch3_tree(3, out)
 
 
-
 def ch3_grid_stride(out, blocks=4, strides=8):
     c = constants("ch3_block_reduction/v6_vectorized_grid_stride.cu")
     threads, unroll = c["kThreads"], c["kUnroll"]
     chunk = threads * 16  # bytes: one float4 per thread
-    fig, ax = canvas(12, 5.2, (-9, blocks * 6 + 9), (-strides * 1.3 - 2.6, 2.8))
+    fig, ax = canvas(WIDTH, 5.6, (-6.2, blocks * 6 + 7.6), (-strides * 1.3 - 3.2, 2.6))
     colors = [BLUE, ORANGE, GREEN, "#8172b3"]
-    ax.text(-9, 2.4, f"Version 6: a grid of as many blocks as fit at once (drawn: {blocks}), each "
-            f"of {threads} threads; each load is a float4, {threads} x 16 B = {chunk // 1024} KiB "
-            f"per block", fontsize=11, va="top")
+    ax.text(-6.2, 2.6, wrap(f"Version 6: a grid of as many blocks as fit at once (drawn: {blocks}), "
+            f"each of {threads} threads; each load is a float4, {threads} x 16 B = "
+            f"{chunk // 1024} KiB per block", 10.5), fontsize=10.5, va="top")
     for b in range(blocks):
         ax.text(b * 6 + 2.75, 0.6, f"block {b}", ha="center", fontsize=10, color=colors[b % 4],
                 fontweight="bold")
@@ -442,20 +471,20 @@ def ch3_grid_stride(out, blocks=4, strides=8):
         y = -r * 1.3 - 0.6
         for b in range(blocks):
             box(ax, b * 6, y, 5.5, 1.0, f"{chunk // 1024} KiB", face=colors[b % 4], color="white",
-                size=9)
-        ax.text(-0.4, y + 0.5, f"+ {r} x stride", ha="right", va="center", fontsize=9.5)
+                size=10)
+        ax.text(-0.3, y + 0.5, f"+ {r} x stride", ha="right", va="center", fontsize=10)
     for k in range(strides // unroll):
         top, bottom = -k * unroll * 1.3 - 0.6 + 1.0, -(k + 1) * unroll * 1.3 - 0.6 + 1.3
-        x = blocks * 6 + 0.3
-        ax.plot([x, x + 0.5, x + 0.5, x], [top, top, bottom, bottom], color=INK, lw=1)
-        ax.text(x + 0.9, (top + bottom) / 2, f"loop iteration {k}:\n{unroll} loads in flight\n"
-                f"per thread", va="center", fontsize=9.5)
-    ax.text(-9, -strides * 1.3 - 1.2,
-            f"stride = gridDim.x x {threads} float4; thread t of block b reads vectors "
-            f"b x {threads} + t + (u + {unroll}k) x stride, u = 0..{unroll - 1}.\n"
-            "Each row is one pass of the whole grid over memory: a warp's 32 lanes read 512 "
-            "consecutive bytes; the rest of the input waits for the next iteration.",
-            fontsize=10, va="top")
+        x = blocks * 6 + 0.1
+        ax.plot([x, x + 0.4, x + 0.4, x], [top, top, bottom, bottom], color=INK, lw=1)
+        ax.text(x + 0.7, (top + bottom) / 2, f"loop\niteration {k}:\n{unroll} loads\nin flight\n"
+                f"per thread", va="center", fontsize=10)
+    ax.text(-6.2, -strides * 1.3 - 0.6,
+            f"stride = gridDim.x x {threads} float4; thread t of block b reads the vectors\n"
+            f"b x {threads} + t + (u + {unroll}k) x stride, u = 0..{unroll - 1}. "
+            "Each row is one pass of the whole grid over memory:\n"
+            "a warp's 32 lanes read 512 consecutive bytes; the rest of the input waits for the "
+            "next iteration.", fontsize=10, va="top")
     save(fig, "ch3_grid_stride.svg", out)
 
 
@@ -475,33 +504,35 @@ def ch4_fixed_order(out, tiles=12):
     tile = tile_size(tiles * c["kStep"], c)
     n = tiles * tile
     warps_per_block = c["kThreads"] // WARP
-    fig, ax = canvas(12, 5.4, (-5.5, tiles * 2 + 0.5), (-11.5, 2.6))
-    ax.text(-5.5, 2.4, f"n = {n:,}: tile_size(n) = {tile} elements, so {tiles} tiles, whatever "
-            "the grid", fontsize=11.5, fontweight="bold", va="top")
+    fig, ax = canvas(WIDTH, 5.4, (-0.2, tiles * 2 + 0.1), (-11.6, 2.3))
+    ax.text(-0.2, 2.3, f"n = {n:,}: tile_size(n) = {tile} elements, so {tiles} tiles, whatever "
+            "the grid", fontsize=11, fontweight="bold", va="top")
     palette = plt.get_cmap("tab20")
     for row, blocks in enumerate((1, 2)):
         warps = blocks * warps_per_block
-        y = -row * 2.6
-        ax.text(-0.3, y + 0.4, f"grid of {blocks} block{'s' if blocks > 1 else ''}\n"
-                f"({warps} warps)", ha="right", va="center", fontsize=10)
+        y = -row * 2.7
+        ax.text(-0.1, y + 0.9, f"grid of {blocks} block{'s' if blocks > 1 else ''} ({warps} warps):"
+                f" warp w sums tiles w, w + {warps}, ..., each alone, in a fixed order",
+                va="bottom", fontsize=10)
         for t in range(tiles):
             w = t % warps
-            box(ax, t * 2, y, 1.9, 0.8, f"warp {w}", face=palette(w % 20), size=8.5)
-        ax.text(tiles, y - 0.55, "warp w sums tiles w, w + warps, ...: each tile alone, "
-                "its elements in a fixed order", ha="center", fontsize=9, color="#555555")
+            r, g, b, _ = palette(w % 20)
+            box(ax, t * 2, y, 1.9, 0.8, f"warp {w}", face=palette(w % 20), size=MIN_FONT,
+                color="white" if 0.3 * r + 0.6 * g + 0.1 * b < 0.5 else INK)  # dark: white text
     y = -5.6
-    ax.text(-0.3, y + 0.4, "partials\n(both grids)", ha="right", va="center", fontsize=10)
+    ax.text(-0.1, y + 0.9, "partials (the same for both grids)", va="bottom", fontsize=10)
     for t in range(tiles):
-        box(ax, t * 2, y, 1.9, 0.8, f"p{t}", face=LIGHT, size=9)
-        arrow(ax, (t * 2 + 0.95, -2.6), (t * 2 + 0.95, y + 0.8), color=GREY, lw=0.8, scale=6)
+        box(ax, t * 2, y, 1.9, 0.8, f"p{t}", face=LIGHT, size=10)
+        arrow(ax, (t * 2 + 0.95, -2.7), (t * 2 + 0.95, y + 0.8), color=GREY, lw=0.8, scale=6)
     # pass 2: a fixed order over the partials
-    y2 = -9.5
-    box(ax, tiles - 7, y2, 14, 1.1, "pass 2: one block adds p0, p1, ... in float64,\n"
-        "always in the same order", face=ORANGE, color="white", size=9.5)
+    y2 = -9.4
+    box(ax, tiles - 7, y2, 14, 1.3, "pass 2: one block adds p0, p1, ... in float64,\n"
+        "always in the same order", face=ORANGE, color="white", size=10)
     for t in range(tiles):
-        arrow(ax, (t * 2 + 0.95, y), (tiles, y2 + 1.1), color=GREY, lw=0.6, scale=6)
-    ax.text(-5.5, -11.3, "The grid decides only which warp takes which tile: every partial, "
-            "and so every bit of the result, depends on n alone.", fontsize=10.5)
+        arrow(ax, (t * 2 + 0.95, y), (tiles, y2 + 1.3), color=GREY, lw=0.6, scale=6)
+    ax.text(-0.2, -10.2, wrap("The grid decides only which warp takes which tile: every "
+            "partial, and so every bit of the result, depends on n alone.", 10), fontsize=10,
+            va="top")
     save(fig, "ch4_fixed_order.svg", out)
 
 
@@ -517,22 +548,23 @@ def ch5_online_merge(out):
     lse = m + math.log(total)
     direct = math.log(sum(math.exp(x) for x in row))
     assert abs(lse - direct) < 1e-12
-    fig, ax = canvas(12, 4.8, (0, 24), (-9.4, 2.4))
-    ax.text(0, 2.2, "The online softmax keeps, per part of a row, a pair (m, s): its max and "
-            "the sum of exp(x - m)", fontsize=11.5, fontweight="bold", va="top")
+    fig, ax = canvas(WIDTH, 4.3, (0, 24), (-10.6, 2.4))
+    ax.text(0, 2.4, "The online softmax keeps, per part of a row, a pair (m, s):\nits max and "
+            "the sum of exp(x - m)", fontsize=11, fontweight="bold", va="top")
     for h, (vals, (mb, sb)) in enumerate(zip(halves, pairs)):
         x0 = h * 12.5 + 0.5
         for k, v in enumerate(vals):
-            box(ax, x0 + k * 2.2, -1.2, 2.0, 1.0, f"{v:g}", face=LIGHT, size=10)
-        box(ax, x0 + 1.5, -4.2, 6, 1.6, f"m{'ab'[h]} = {mb:g}\n"
+            box(ax, x0 + k * 2.7, -1.2, 2.4, 1.2, f"{v:g}", face=LIGHT, size=10.5)
+        box(ax, x0 + 1.5, -4.4, 7.6, 2.0, f"m{'ab'[h]} = {mb:g}\n"
             f"s{'ab'[h]} = {sb:.4f}", face=BLUE, color="white", size=10.5)
-        arrow(ax, (x0 + 4.4, -1.2), (x0 + 4.5, -2.6), color=GREY)
-        arrow(ax, (x0 + 4.5, -4.2), (12, -5.6), color=GREY)
-    box(ax, 5, -8.2, 14, 2.6, f"m = max(ma, mb) = {m:g}\n"
+        arrow(ax, (x0 + 5.3, -1.2), (x0 + 5.3, -2.4), color=GREY)
+        arrow(ax, (x0 + 5.3, -4.4), (12, -5.6), color=GREY)
+    box(ax, 3, -8.6, 18, 3.0, f"m = max(ma, mb) = {m:g}\n"
         f"s = sa exp(ma - m) + sb exp(mb - m) = {total:.4f}\n"
         f"lse = m + log s = {lse:.6f}", face=ORANGE, color="white", size=10.5)
-    ax.text(12, -9.1, f"the same as log(sum(exp(x))) over the row: {direct:.6f}. No part is "
-            "read twice, and the pairs merge in any grouping.", ha="center", fontsize=10, va="top")
+    ax.text(12, -9.2, f"the same as log(sum(exp(x))) over the row: {direct:.6f}.\nNo part is "
+            "read twice, and the pairs merge in any grouping.", ha="center", fontsize=10,
+            va="top")
     save(fig, "ch5_online_merge.svg", out)
 
 
@@ -554,7 +586,7 @@ def threads_per_row(C: int, c: dict, vec: int = 4) -> tuple[int, str]:
 
 def ch5_threads_per_row(out):
     c = constants("ch5_cross_entropy/v3_fused_rows.cu")
-    fig, ax = plt.subplots(figsize=(12, 4.8))
+    fig, ax = plt.subplots(figsize=(WIDTH, 5.4))
     sizes = sorted({2 ** k for k in range(2, 18)} | {3 * 2 ** k for k in range(1, 16)})
     for vec_ok, color, label in ((True, BLUE, "rows a multiple of 16 bytes (C % 4 == 0)"),
                                  (False, ORANGE, "other lengths (C % 4 != 0)")):
@@ -563,23 +595,29 @@ def ch5_threads_per_row(out):
             xs = sorted({2 ** k + 1 for k in range(2, 18)} | {10, 50257})
         ys = [threads_per_row(C, c)[0] for C in xs]
         ax.step(xs, ys, where="post", color=color, lw=2, label=label, marker="o", ms=4)
+    ax.tick_params(labelsize=10)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_yticks([1, 2, 4, 8, 16, 32, 128, 512], ["1", "2", "4", "8", "16", "32 (a warp)",
                                                    "128", "512"])
+    ticks = [4 ** k for k in range(1, 9)]  # plain labels: 2^k draws its exponent under MIN_FONT
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("classes per row, C (fp32)")
     ax.set_ylabel("threads per row")
-    ax.set_title("Chapter 5, version 3: as few threads per row as hold it, 32 values each")
-    for C in (8, 100, 1000, 4096, 128256):
+    ax.set_title("Chapter 5, version 3: as few threads per row as hold it,\n32 values each")
+    # where each label sits (data coordinates, its alignment): in the empty corners of the steps
+    places = {8: (4.5, 110, "left"), 100: (150, 1.45, "left"), 1000: (1400, 9, "left"),
+              4096: (1400, 62, "left"), 128256: (125000, 1250, "right")}
+    for C, (tx, ty, ha) in places.items():
         tpr, path = threads_per_row(C, c)
         block = tpr if tpr > 32 else c["kGroupThreads"]
         ax.annotate(f"C = {C}: {tpr} thread{'s' if tpr > 1 else ''}, {path}\n"
                     f"{block // tpr} row{'s' if block // tpr > 1 else ''} per block of {block}",
-                    (C, tpr), xytext=(6, 14 if C < 10 or C >= 4096 else -30), textcoords="offset points",
-                    fontsize=9, arrowprops={"arrowstyle": "-", "color": GREY})
+                    (C, tpr), xytext=(tx, ty), ha=ha, va="center", fontsize=9.5, arrowprops={"arrowstyle": "-", "color": GREY})
     ax.legend(loc="upper left", fontsize=10, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.set_ylim(0.6, 1400)
+    ax.set_ylim(0.6, 3000)
     save(fig, "ch5_threads_per_row.svg", out)
 
 
@@ -591,25 +629,25 @@ def ch7_cluster(out, classes=128256, elem=2):
     row_bytes = classes * elem
     n = min(-(-row_bytes // c["kSliceBytes"]), c["kMaxCluster"])
     slice_bytes = -(-(row_bytes // 16) // n) * 16
-    fig, ax = canvas(12, 5.6, (-0.5, n * 3 + 0.5), (-10.5, 3.2))
-    ax.text(-0.5, 3.0, f"A row of {classes:,} bf16 logits ({row_bytes / 1024:.0f} KiB): a cluster "
-            f"of n = ceil({row_bytes} / {c['kSliceBytes']}) = {n} blocks of "
-            f"{c['kClusterThreads']} threads", fontsize=11.5, fontweight="bold", va="top")
+    fig, ax = canvas(WIDTH, 6.0, (-0.1, n * 3 + 0.1), (-11.4, 3.0))
+    ax.text(-0.1, 3.0, wrap(f"A row of {classes:,} bf16 logits ({row_bytes / 1024:.0f} KiB): a "
+            f"cluster of n = ceil({row_bytes} / {c['kSliceBytes']}) = {n} blocks of "
+            f"{c['kClusterThreads']} threads", 11, em=0.62), fontsize=11, fontweight="bold", va="top")
     for b in range(n):
         x = b * 3
-        box(ax, x, 0.6, 2.9, 0.8, f"slice {b}", face=LIGHT, size=9)
+        box(ax, x, 0.6, 2.9, 0.8, f"slice {b}", face=LIGHT, size=10)
         arrow(ax, (x + 1.45, 0.6), (x + 1.45, -0.4), color=GREY, scale=7)
         box(ax, x + 0.1, -3.6, 2.7, 3.2, f"block {b}\nSM {b}\n\nsmem:\n{slice_bytes / 1024:.1f} KiB",
-            face="#f6f6f6", size=9)
-        box(ax, x + 0.3, -5.0, 2.3, 1.0, f"(m{b}, s{b})", face=BLUE, color="white", size=9.5)
+            face="#f6f6f6", size=MIN_FONT)
+        box(ax, x + 0.1, -5.0, 2.7, 1.0, f"m{b}, s{b}", face=BLUE, color="white", size=10)
         arrow(ax, (x + 1.45, -5.0), (n * 1.5, -6.8), color=ORANGE, lw=0.8, scale=7)
-    box(ax, 0, -8.4, n * 3, 1.6, f"cluster barrier; then every warp of every block reads "
-        f"the {n} pairs through DSMEM\nm = max mb,  s = sum sb exp(mb - m),  lse = m + log s "
-        "(the same order in every block)", face=ORANGE, color="white", size=9.5)
-    ax.text(-0.5, -9.2, f"cp.async copies each slice ({slice_bytes} B = the row / {n}, rounded "
-            "to 16 B) into its block's shared memory; the gradient of the slice is then written "
-            "from there:\nthe logits are read once, the gradient written once.", fontsize=10,
-            va="top")
+    box(ax, 0, -9.0, n * 3, 2.2, "cluster barrier; then every warp of every block reads\n"
+        f"the {n} pairs through DSMEM: m = max mb,  s = sum sb exp(mb - m),\n"
+        "lse = m + log s (the same order in every block)", face=ORANGE, color="white", size=10)
+    ax.text(-0.1, -9.6, wrap(f"cp.async copies each slice ({slice_bytes} B = the row / {n}, "
+            "rounded to 16 B) into its block's shared memory; the gradient of the slice is then "
+            "written from there: the logits are read once, the gradient written once.", 10),
+            fontsize=10, va="top")
     save(fig, "ch7_cluster.svg", out)
 
 
@@ -620,33 +658,34 @@ def ch7_lm_head_chunks(out, tokens=8192, vocab=128256, elem=2):
     chunks = -(-tokens // rows)
     chunk_mib = rows * vocab * elem / 2**20
     full_gib = tokens * vocab * elem / 2**30
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1.7, 1], "wspace": 0.25})
-    ax.set_xlim(-0.5, 17.5)
-    ax.set_ylim(-chunks - 1.5, 2.2)
+    fig, (ax, bars) = plt.subplots(2, 1, figsize=(WIDTH, 6.8),
+                                   gridspec_kw={"height_ratios": [1.6, 1], "hspace": 0.35})
+    ax.set_xlim(-0.2, 17.6)
+    ax.set_ylim(-chunks - 1.0, 1.0)
     ax.set_axis_off()
     ax.set_title(f"{tokens} tokens in {chunks} chunks of {rows} rows (V = {vocab:,}, bf16)")
     for k in range(chunks):
         y = -k - 0.9
-        box(ax, 0, y, 4.4, 0.8, f"tokens {k * rows}-{(k + 1) * rows - 1}", size=8.5,
+        box(ax, 0, y, 4.4, 0.8, f"tokens {k * rows}-{(k + 1) * rows - 1}", size=10,
             face=BLUE if k == 2 else LIGHT, color="white" if k == 2 else INK)
-    ax.text(2.2, 0.3, "hidden", ha="center", fontsize=10)
-    steps = [f"1. logits = hidden[chunk] @ W.T\n    into one scratch buffer of {chunk_mib:.1f} MiB",
-             "2. chapter 7's kernel: loss, and dlogits\n    written over the logits",
-             "3. grad_W += dlogits.T @ hidden[chunk]\n    grad_hidden[chunk] = dlogits @ W"]
+    ax.text(2.2, 0.3, "hidden", ha="center", fontsize=10.5)
+    steps = [f"1. logits = hidden[chunk] @ W.T\ninto one scratch buffer of {chunk_mib:.1f} MiB",
+             "2. chapter 7's kernel: loss, and dlogits\nwritten over the logits",
+             "3. grad_W += dlogits.T @ hidden[chunk]\ngrad_hidden[chunk] = dlogits @ W"]
     for j, text in enumerate(steps):
-        box(ax, 5.6, -1.4 - j * 2.4, 11.9, 1.9, text, face="#f6f6f6", size=9.5)
-    arrow(ax, (4.45, -2.5), (5.55, -2.4), color=BLUE, lw=1.5)
-    ax.text(5.6, -chunks - 1.2, "then the next chunk reuses the same buffer", fontsize=9.5,
+        box(ax, 5.6, -2.2 - j * 2.4, 11.9, 1.9, text, face="#f6f6f6", size=10.5)
+    arrow(ax, (4.45, -2.5), (5.55, -1.25), color=BLUE, lw=1.5)
+    ax.text(5.6, -chunks - 0.6, "then the next chunk reuses the same buffer", fontsize=10.5,
             style="italic")
     labels = ["all logits", "one chunk"]
     values = [full_gib * 1024, chunk_mib]
     bars.barh(labels, values, color=[ORANGE, GREEN])
     for y, v in enumerate(values):
         bars.text(v * 1.02, y, f"{v / 1024:.2f} GiB" if v > 1024 else f"{v:.1f} MiB",
-                  va="center", fontsize=10)
-    bars.set_xlim(0, values[0] * 1.35)
+                  va="center", fontsize=10.5)
+    bars.set_xlim(0, values[0] * 1.2)
     bars.set_xlabel("memory for the logits, MiB")
-    bars.set_title(f"chunk_rows: the most multiples of 128 rows\nin {CHUNK_BYTES / 2**20:.0f} MiB")
+    bars.set_title(f"chunk_rows: the most multiples of 128 rows in {CHUNK_BYTES / 2**20:.0f} MiB")
     bars.spines[["top", "right"]].set_visible(False)
     save(fig, "ch7_lm_head_chunks.svg", out)
 
@@ -658,27 +697,27 @@ def ch8_vocab_parallel(out, ranks=2, vocab=128256, elem=2):
     shard = vocab // ranks
     floats = {"MAX": 1, "SUM": 2}  # kernels/ops/vocab_parallel.py row_log_sum_exp, no smoothing
     per_row = 4 * sum(floats.values())
-    fig, ax = canvas(12, 5.0, (-1, 25), (-9.8, 2.6))
-    ax.text(-1, 2.4, f"Row i of the logits, split by vocabulary over {ranks} GPUs: "
-            f"{shard:,} columns ({shard * elem / 1024:.0f} KiB of bf16) each", fontsize=11.5,
+    fig, ax = canvas(WIDTH, 4.7, (-0.1, 24.1), (-9.4, 2.8))
+    ax.text(-0.1, 2.8, f"Row i of the logits, split by vocabulary over {ranks} GPUs:\n"
+            f"{shard:,} columns ({shard * elem / 1024:.0f} KiB of bf16) each", fontsize=11,
             fontweight="bold", va="top")
     for r in range(ranks):
-        x = r * 12.5
-        box(ax, x, 0, 11.5, 0.9, f"rank {r}: columns {r * shard:,} - {(r + 1) * shard - 1:,}",
+        x = r * 12.3
+        box(ax, x, 0, 11.7, 0.9, f"rank {r}: columns {r * shard:,} - {(r + 1) * shard - 1:,}",
             face=LIGHT, size=10)
-        box(ax, x + 1, -2.9, 9.5, 1.9, f"shard_stats: one read of the shard\n"
-            f"m{r} = max,  S{r} = sum exp(x - m{r}),  x_t (or 0)", face=BLUE, color="white",
-            size=9.5)
-        arrow(ax, (x + 5.75, 0), (x + 5.75, -1.0), color=GREY)
-        arrow(ax, (x + 5.75, -2.9), (12, -4.2), color=GREY)
-    box(ax, 4, -6.0, 16, 1.8, f"all-reduce MAX of {floats['MAX']} float: M = max m_r\n"
-        f"all-reduce SUM of {floats['SUM']} floats: S_r exp(m_r - M), x_t  (3 with label "
-        "smoothing: + sum of x)", face=ORANGE, color="white", size=9.5)
-    ax.text(12, -6.6, f"{per_row} bytes per row cross the GPUs (16 with smoothing), not the "
-            f"row's {vocab * elem:,} bytes of logits", ha="center", va="top", fontsize=10.5,
-            fontweight="bold")
-    ax.text(12, -7.6, "lse = M + log(sum); then each rank writes the gradient of its own "
-            "columns, with no more communication", ha="center", va="top", fontsize=10)
+        box(ax, x, -3.4, 11.7, 2.4, f"shard_stats: one read of the shard\n"
+            f"m{r} = max,  S{r} = sum exp(x - m{r}),\nx_t (or 0)", face=BLUE, color="white",
+            size=10)
+        arrow(ax, (x + 5.85, 0), (x + 5.85, -1.0), color=GREY)
+        arrow(ax, (x + 5.85, -3.4), (12, -4.6), color=GREY)
+    box(ax, 0, -7.0, 24, 2.4, f"all-reduce MAX of {floats['MAX']} float: M = max m_r\n"
+        f"all-reduce SUM of {floats['SUM']} floats: S_r exp(m_r - M), x_t\n(3 with label "
+        "smoothing: + sum of x)", face=ORANGE, color="white", size=10)
+    ax.text(12, -7.5, wrap(f"{per_row} bytes per row cross the GPUs (16 with smoothing), not "
+            f"the row's {vocab * elem:,} bytes of logits", 10.5, em=0.62), ha="center", va="top",
+            fontsize=10.5, fontweight="bold")
+    ax.text(12, -8.4, wrap("lse = M + log(sum); then each rank writes the gradient of its own "
+            "columns, with no more communication", 10), ha="center", va="top", fontsize=10)
     save(fig, "ch8_vocab_parallel.svg", out)
 
 
