@@ -202,7 +202,7 @@ def primer_hierarchy(out):
         box(ax, x1 + c * 3.6, 14 - r * 4, 3.3, 3.4, f"{lane}", face=BLUE, color="white", size=9.5)
     arrow(ax, (25.3, 17.85), (x1 - 0.5, 15.7), color=GREY, lw=1.2)
     ax.text(66, 17.4, "threadIdx.x = 0 ... 31\nlane = threadIdx.x % 32\n\n"
-            "element =\n  blockIdx.x * blockDim.x\n  + threadIdx.x", fontsize=9.5, va="top",
+            "element =\nblockIdx.x * blockDim.x\n+ threadIdx.x", fontsize=9.5, va="top",
             family="DejaVu Sans Mono")
     save(fig, "primer_hierarchy.svg", out)
 
@@ -608,7 +608,7 @@ def ch5_threads_per_row(out):
     ax.set_title("Chapter 5, version 3: as few threads per row as hold it,\n32 values each")
     # where each label sits (data coordinates, its alignment): in the empty corners of the steps
     places = {8: (4.5, 110, "left"), 100: (150, 1.45, "left"), 1000: (1400, 9, "left"),
-              4096: (1400, 62, "left"), 128256: (125000, 1250, "right")}
+              4096: (1800, 62, "left"), 128256: (125000, 1250, "right")}
     for C, (tx, ty, ha) in places.items():
         tpr, path = threads_per_row(C, c)
         block = tpr if tpr > 32 else c["kGroupThreads"]
@@ -681,7 +681,7 @@ def ch7_lm_head_chunks(out, tokens=8192, vocab=128256, elem=2):
     values = [full_gib * 1024, chunk_mib]
     bars.barh(labels, values, color=[ORANGE, GREEN])
     for y, v in enumerate(values):
-        bars.text(v * 1.02, y, f"{v / 1024:.2f} GiB" if v > 1024 else f"{v:.1f} MiB",
+        bars.text(v + values[0] * 0.02, y, f"{v / 1024:.2f} GiB" if v > 1024 else f"{v:.1f} MiB",
                   va="center", fontsize=10.5)
     bars.set_xlim(0, values[0] * 1.2)
     bars.set_xlabel("memory for the logits, MiB")
@@ -697,7 +697,7 @@ def ch8_vocab_parallel(out, ranks=2, vocab=128256, elem=2):
     shard = vocab // ranks
     floats = {"MAX": 1, "SUM": 2}  # kernels/ops/vocab_parallel.py row_log_sum_exp, no smoothing
     per_row = 4 * sum(floats.values())
-    fig, ax = canvas(WIDTH, 4.7, (-0.1, 24.1), (-9.4, 2.8))
+    fig, ax = canvas(WIDTH, 5.0, (-0.1, 24.1), (-10.1, 2.8))
     ax.text(-0.1, 2.8, f"Row i of the logits, split by vocabulary over {ranks} GPUs:\n"
             f"{shard:,} columns ({shard * elem / 1024:.0f} KiB of bf16) each", fontsize=11,
             fontweight="bold", va="top")
@@ -713,10 +713,10 @@ def ch8_vocab_parallel(out, ranks=2, vocab=128256, elem=2):
     box(ax, 0, -7.0, 24, 2.4, f"all-reduce MAX of {floats['MAX']} float: M = max m_r\n"
         f"all-reduce SUM of {floats['SUM']} floats: S_r exp(m_r - M), x_t\n(3 with label "
         "smoothing: + sum of x)", face=ORANGE, color="white", size=10)
-    ax.text(12, -7.5, wrap(f"{per_row} bytes per row cross the GPUs (16 with smoothing), not "
-            f"the row's {vocab * elem:,} bytes of logits", 10.5, em=0.62), ha="center", va="top",
+    ax.text(12, -7.5, f"{per_row} bytes per row cross the GPUs (16 with smoothing),\nnot "
+            f"the row's {vocab * elem:,} bytes of logits", ha="center", va="top",
             fontsize=10.5, fontweight="bold")
-    ax.text(12, -8.4, wrap("lse = M + log(sum); then each rank writes the gradient of its own "
+    ax.text(12, -9.1, wrap("lse = M + log(sum); then each rank writes the gradient of its own "
             "columns, with no more communication", 10), ha="center", va="top", fontsize=10)
     save(fig, "ch8_vocab_parallel.svg", out)
 
