@@ -195,7 +195,7 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 # by how fast one address can be updated, not by memory bandwidth. The cure is fewer atomics.
 #
 # ```{figure} ../book/images/ch2_atomics_queue.svg
-# :alt: Left: threads send their atomicAdd to one output address in L2, where they wait in a single queue. Right: a log-scale bar chart of the atomics on that address for 2^24 elements: one per element in version 1, one per thread, per warp and per block of an H100-sized resident grid in versions 2 to 4.
+# :alt: Top: threads send their atomicAdd to one output address in L2, where they wait in a single queue. Bottom: a log-scale bar chart of the atomics on that address for 2^24 elements: one per element in version 1, one per thread, per warp and per block of an H100-sized resident grid in versions 2 to 4.
 # :width: 100%
 #
 # Atomics on one address are served one after another. Versions 2-4 cut their number: one per thread, per warp, per block. The counts are computed by `tools/diagrams.py` from the kernels' block size.
