@@ -267,12 +267,26 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 # The rate of atomics (the middle column) hardly moves once the GPU is full: version 1 is limited
 # by how fast one address can be updated, not by memory bandwidth. The cure is fewer atomics.
 #
+# ```{figure} ../book/images/ch2_atomics_queue.svg
+# :alt: Top: threads send their atomicAdd to one output address in L2, where they wait in a single queue. Bottom: a log-scale bar chart of the atomics on that address for 2^24 elements: one per element in version 1, one per thread, per warp and per block of an H100-sized resident grid in versions 2 to 4.
+# :width: 100%
+#
+# Atomics on one address are served one after another. Versions 2-4 cut their number: one per thread, per warp, per block. The counts are computed by `tools/diagrams.py` from the kernels' block size.
+# ```
+#
 # ## Version 2: accumulate in a register first
 #
 # Launch only as many threads as fit on the GPU at once, and let each walk the input with a
 # *grid-stride loop*: thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
 # register and does one atomic at the end. Consecutive threads still read consecutive elements,
 # so the loads of a warp stay coalesced.
+#
+# ```{figure} ../book/images/ch2_coalesced.svg
+# :alt: Two panels. Left: the 32 lanes of a warp read 32 consecutive floats, one 128-byte line of four 32-byte sectors, all bytes used. Right: lane k reads float 8k, so each lane touches its own sector: 32 sectors, 1024 bytes moved for 128 used.
+# :width: 100%
+#
+# A warp's load. Consecutive lanes on consecutive floats move one 128-byte line; lanes 32 bytes apart move eight times the bytes they use. Drawn by `tools/diagrams.py`.
+# ```
 
 # %%
 show_source("ch2_atomics/v2_thread_accumulate.cu")
@@ -289,6 +303,13 @@ check(v2.mse, "mse", rtol=1e-4)  # a few hundred thousand float atomics: ~1e-5 l
 #
 # The 32 threads of a warp can exchange registers directly with `__shfl_down_sync`. Five
 # exchange steps add the warp's 32 sums into lane 0, which alone issues the atomic.
+#
+# ```{figure} ../book/images/ch2_shuffle.svg
+# :alt: Two diagrams of 32 lanes over five shuffle steps with offsets 16, 8, 4, 2, 1. Top, __shfl_down_sync: lane k adds lane k + offset, the lanes that still matter halve each step, and lane 0 ends with the sum of all 32. Bottom, __shfl_xor_sync: lane k adds lane k xor offset, a butterfly, and every lane ends with the sum.
+# :width: 100%
+#
+# Five shuffles add a warp's 32 values. `__shfl_down_sync` (this version) leaves the sum in lane 0; the butterfly `__shfl_xor_sync` (chapter 3's version 6) leaves it in every lane. Each number is how many lanes' values a lane holds.
+# ```
 
 # %%
 show_source("ch2_atomics/v3_warp_atomics.cu")

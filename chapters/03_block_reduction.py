@@ -90,6 +90,13 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # rounds: after round $s$ every value at an index that is a multiple of $2s$ holds the sum of
 # $2s$ values. A `__syncthreads()` between rounds makes each round see the previous one's
 # results. Threads past the end of the input load 0: every thread must reach every barrier.
+#
+# ```{figure} ../book/images/ch3_tree_v1.svg
+# :alt: Version 1's tree drawn for 16 values: in round s only threads whose id is a multiple of 2s add, leaving the others idle inside every warp. A table for the kernel's 256 threads gives per round the working threads, the warps that run (8 until s = 16) and one wavefront per access; a bank map shows warp 0's words at s = 1, one per bank.
+# :width: 100%
+#
+# Version 1's tree. The working threads are spread over all warps, so every warp runs every round until few threads are left. The table and the bank map are computed for the kernel's block.
+# ```
 
 # %%
 show_source("ch3_block_reduction/v1_interleaved_divergent.cu")
@@ -130,6 +137,13 @@ print(profile.excerpt(instructions, r"BAR", 10))  # the first rounds: test, load
 # working threads into the first warps. (On this GPU the fix does not pay: the table at the end
 # shows version 2 slower than version 1. Its new access pattern has a cost of its own, the
 # subject of version 3.)
+#
+# ```{figure} ../book/images/ch3_tree_v2.svg
+# :alt: Version 2's tree drawn for 16 values: thread tid adds at index 2 s tid, so the working threads are the first ones and whole warps go idle. The table for 256 threads shows the warps that run dropping to 1 from s = 4, but 2 to 8 wavefronts per access; the bank map shows warp 0's words at s = 4 falling 8 to a bank.
+# :width: 100%
+#
+# Version 2's tree. The working threads are packed into the first warps, but their words are 2s apart: the table (the chapter's `strided_rounds`, below) counts the bank conflicts.
+# ```
 
 # %%
 show_source("ch3_block_reduction/v2_interleaved_strided.cu")
@@ -171,8 +185,17 @@ for s, working, warps, ways in strided_rounds():
 # %% [markdown]
 # Conflicts from the first round (2-way), 8-way at $s$ = 4, 8 and 16, fewer once fewer than 8
 # threads are left (the table). Adding the upper half onto the lower half instead makes a warp touch 32
-# consecutive words: one per bank. Nsight Compute counts the wavefronts and the conflicts of
-# both versions on $2^{24}$ elements (65536 blocks):
+# consecutive words: one per bank.
+#
+# ```{figure} ../book/images/ch3_tree_v3.svg
+# :alt: Version 3's tree drawn for 16 values: in round s threads 0 to s - 1 add sdata[tid + s] onto sdata[tid], the working threads first and their words consecutive. The table for 256 threads shows one wavefront per access in every round; the bank map shows warp 0's 32 words in 32 different banks.
+# :width: 100%
+#
+# Version 3's tree: sequential addressing. The working threads are the first ones and their words are consecutive, one per bank.
+# ```
+#
+# Nsight Compute counts the wavefronts and the conflicts of both versions on $2^{24}$ elements
+# (65536 blocks):
 
 # %%
 show_source("ch3_block_reduction/v3_sequential.cu")
@@ -247,6 +270,13 @@ check(v5.mse, "mse")
 # grid is just the blocks that fit on the GPU at once, each thread walking the input with a
 # grid-stride loop, so that the tree and the atomic happen once per resident block instead of
 # once per 512 elements. Unaligned views and odd sizes are handled at the edges.
+#
+# ```{figure} ../book/images/ch3_grid_stride.svg
+# :alt: A grid of four resident blocks of 256 threads walks memory in rows: each row is one pass of the whole grid, one float4 per thread of each block; four rows, four loads in flight per thread, make one loop iteration, and the next iteration starts four strides further.
+# :width: 100%
+#
+# Version 6's grid-stride loop, drawn for a grid of 4 blocks: each thread keeps `kUnroll` 16-byte loads in flight, a grid's stride apart, and the whole grid moves on together.
+# ```
 #
 # Version 6 is also a template over the *loss*: the per-element work is a functor.
 #

@@ -127,6 +127,13 @@ finally:
 # depend on the SM count: a T4, an A100 and an H100 can give different last bits for the same
 # input. Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole
 # tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
+#
+# ```{figure} ../book/images/ch4_fixed_order.svg
+# :alt: Twelve tiles of 512 elements, assigned to warps by two different grids: with one block of 8 warps, warps 0 to 3 take two tiles each; with two blocks, each tile has its own warp. Both give the same twelve partials p0 to p11, which pass 2 adds in the same order in float64.
+# :width: 100%
+#
+# Why version 2's result does not depend on the grid: the tiles (their size a function of n, `tile_size` in the kernel) and their partials are the same for any launch; only the warp that computes each one changes.
+# ```
 
 # %%
 show_source("ch4_two_pass/v2_deterministic_tiles.cu")

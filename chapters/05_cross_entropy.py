@@ -176,6 +176,13 @@ print("loss, target 2     :",
 # s \leftarrow s\, e^{m - m'} + e^{x - m'}, \quad m \leftarrow m'.
 # $$
 #
+# ```{figure} ../book/images/ch5_online_merge.svg
+# :alt: A row of eight logits split in two halves. Each half gives a pair (m, s): its max and the sum of exp(x - m). The pairs merge into m = max(ma, mb) and s = sa exp(ma - m) + sb exp(mb - m); m + log s equals the log-sum-exp of the whole row.
+# :width: 100%
+#
+# The online softmax's pairs merge exactly: the numbers are computed by `tools/diagrams.py` and checked against the direct log-sum-exp.
+# ```
+#
 # When $x$ is not a new maximum, $m' = m$ and the factor is 1. Two partial results $(m_a, s_a)$
 # and $(m_b, s_b)$ (two threads, two warps) merge by the same rule:
 # $M = \max(m_a, m_b)$, $s = s_a e^{m_a - M} + s_b e^{m_b - M}$. The result is exact in real
@@ -269,6 +276,13 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 #
 # The same kernel also writes the gradient during the forward pass when the logits require
 # one; the backward section below derives it.
+#
+# ```{figure} ../book/images/ch5_threads_per_row.svg
+# :alt: Step plot of threads per row against classes per row, both on log scales: 1 thread up to 32 classes, then 2, 4, 8, 16 and 32 threads up to 1024 classes, a block of 128 up to 4096, and 512 threads streaming beyond. Rows whose length is not a multiple of 4 get 1 thread up to 16 classes, 32 up to 512, then stream.
+# :width: 100%
+#
+# Version 3's threads per row, computed from its launch rules (`launch_rows`) and constants: as few threads as hold the row at 32 values each.
+# ```
 
 # %%
 show_source("ch5_cross_entropy/v3_fused_rows.cu")

@@ -136,17 +136,11 @@ if not CLUSTERS:
 # 32 KB)`; each block copies its slice of the row into its own shared memory and keeps it
 # there until it has written the slice's gradient:
 #
-# ```text
-#  row i (128256 bf16 = 256 KB)
-#  |--- slice 0 ---|--- slice 1 ---|  ...  |--- slice 7 ---|
-#        |               |                       |
-#   block 0 (SM a)  block 1 (SM b)   ...   block 7 (SM h)        one cluster
-#   smem: slice 0   smem: slice 1          smem: slice 7
-#   m0 = max        m1                     m7
-#   s0 = sum exp(x - m0)   s1              s7                -> cluster barrier
-#   every warp reads (m0, s0) .. (m7, s7) from the 8 blocks' shared memory:
-#       m = max(m0 .. m7),  s = s0 exp(m0 - m) + ... + s7 exp(m7 - m),  lse = m + log(s)
-#   gradient of slice 0     gradient of slice 1  ...   (from shared memory, written once)
+# ```{figure} ../book/images/ch7_cluster.svg
+# :alt: A row of 128256 bf16 logits split into equal slices, one per block of a cluster, each block on its own SM. Each block keeps its slice in shared memory and computes its pair (max, sum of exp). After a cluster barrier every warp reads all the pairs through distributed shared memory and merges them in the same order, m = max, s = sum s_b exp(m_b - m), lse = m + log s; each block then writes its slice's gradient.
+# :width: 100%
+#
+# Version 4's cluster for a row of Llama 3's vocabulary; the cluster size and the slice come from the kernel's `kSliceBytes` and `kMaxCluster`.
 # ```
 #
 # In CUDA C++ the cluster is a cooperative group: `cg::this_cluster()` gives the block's rank
@@ -529,6 +523,13 @@ else:
 # `grad_output` in place, on the GPU, and does nothing when it is 1. The memory it adds is one
 # chunk of logits: `chunk_rows` is the largest multiple of 128 rows whose logits fit in
 # 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's).
+#
+# ```{figure} ../book/images/ch7_lm_head_chunks.svg
+# :alt: 8192 tokens in 8 chunks of 1024 rows. For each chunk: its logits go into one scratch buffer, the kernel writes dlogits over them, then two matrix products update grad_W and grad_hidden. A bar chart compares the memory of all the logits at once with one chunk's.
+# :width: 100%
+#
+# The fused head's chunks for Llama 3's head (V = 128256, bf16, 8192 tokens): the chunk size comes from `llm_head.default_chunk_rows`.
+# ```
 
 # %%
 show_source("ops/llm_head.py", "def _linear_cross_entropy(", "    return (total * scale)")

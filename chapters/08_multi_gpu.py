@@ -181,6 +181,13 @@ Markdown("\n".join(lines))
 # gradient of its own columns, $(\mathrm{softmax} - (1-\varepsilon)\,\mathrm{onehot} -
 # \varepsilon/V)$ times the upstream gradient over the count, with no further communication.
 #
+# ```{figure} ../book/images/ch8_vocab_parallel.svg
+# :alt: Two ranks each hold half the columns of every row. Each reduces its shard to a few floats per row (max, rescaled sum, target logit), the ranks all-reduce only those floats, and each then writes the gradient of its own columns.
+# :width: 100%
+#
+# Per row, only the shards' statistics cross the link, never a logit: drawn by `tools/diagrams.py` from the chapter's byte counts.
+# ```
+#
 # The kernels of one rank: `shard_stats` (one read of the shard) and `shard_grad` (one read,
 # one write):
 
