@@ -27,6 +27,28 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # %% [markdown]
 # # Chapter 8: the loss across GPUs
 #
+# ```{admonition} Before you start
+# :class: tip
+#
+# **You will be able to:**
+#
+# - compute the exact mean loss over GPUs that count different numbers of tokens, with one
+#   all-reduce of two numbers;
+# - split a cross-entropy's vocabulary over GPUs so that only a few floats per row cross the
+#   link;
+# - measure what scales when the GPUs are doubled, and what does not.
+#
+# **Assumes:** chapter 5's online softmax. The timings need two or more GPUs of one machine;
+# with one GPU the chapter shows the stored runs, and every distributed cell also runs on CPU
+# processes.
+#
+# **Words it uses** (defined in the {doc}`../book/glossary`): {term}`all-reduce`, {term}`NCCL`,
+# {term}`log-sum-exp`, {term}`online softmax`, {term}`latency`.
+#
+# **Reading time:** about 13 minutes. **Run time:** about 1 minute
+# on a small GPU (the book's small-GPU run, {doc}`../book/status`).
+# ```
+#
 # When a model outgrows one GPU, so does its loss. Two things change, and both go wrong in
 # practice:
 #

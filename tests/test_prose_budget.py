@@ -26,16 +26,18 @@ TARGET_WORDS = 2500  # issue 58, item 2
 TARGET_LONG_SHARE = 0.05  # issue 58, item 2: at most 5% of sentences over 40 words
 TARGET_LAB_NOTEBOOK = 0
 
-# chapter: (core-path words, sentences over 40 words as a share, lab-notebook mentions)
+# chapter: (core-path words, sentences over 40 words as a share, lab-notebook mentions); the
+# words rose once, in session 34, by the captions of the concept diagrams and chapter 8's scaling
+# section and objectives
 CEILINGS = {
     "01_naive_pytorch": (3071, 0.129, 0),
-    "02_atomics": (2341, 0.058, 0),
-    "03_block_reduction": (2079, 0.078, 1),
-    "04_two_pass": (4647, 0.187, 9),
-    "05_cross_entropy": (3212, 0.112, 2),
+    "02_atomics": (2373, 0.049, 0),
+    "03_block_reduction": (2191, 0.073, 1),
+    "04_two_pass": (4686, 0.186, 9),
+    "05_cross_entropy": (3254, 0.11, 2),
     "06_operators": (3680, 0.123, 2),
-    "07_llm_cross_entropy": (3368, 0.170, 14),
-    "08_multi_gpu": (2059, 0.100, 3),
+    "07_llm_cross_entropy": (3410, 0.168, 14),
+    "08_multi_gpu": (2539, 0.100, 1),
     "09_kernelbench": (3630, 0.158, 6),
 }
 
