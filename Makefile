@@ -2,7 +2,10 @@
 # make test : install everything into .venv and run pytest (pytest.ini decides what runs)
 # make check CHAPTER=3 : grade your exercises of chapter 3 (on a GPU): says which exercise files
 #   you have changed, then re-executes the chapter with nbval; a failing attempt fails the run
-.PHONY: book test check install clean
+# make mutation : mutation testing of the toolkit's core on CPU (tools/mutation.py, mutmut): the
+#   share of small bugs the CPU tests catch, into book/results/mutation.json. Hours on 2 cores, so
+#   a separate job, not part of `make test`; MODULES="kernels/losses.py ..." runs some of them
+.PHONY: book test check install clean mutation
 
 VENV       := .venv
 PY         := $(VENV)/bin/python
@@ -35,5 +38,9 @@ $(BOOK_STAMP): requirements-book.txt
 	$(PY) -m pip install -q -r requirements-book.txt
 	touch $@
 
+mutation: $(STAMP)
+	$(PY) -m pip install -q mutmut==3.8.1
+	$(PY) tools/mutation.py $(MODULES)
+
 clean:
-	rm -rf _build
+	rm -rf _build .mutation
