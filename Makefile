@@ -3,7 +3,10 @@
 # make check CHAPTER=3 : grade your exercises of chapter 3 (on a GPU): says which exercise files
 #   you have changed, then re-executes the chapter with nbval; a failing attempt fails the run
 # make toolchain : whether your nvcc and your PyTorch's CUDA build kernels together
-.PHONY: book test check install toolchain clean
+# make mutation : mutation testing of the toolkit's core on CPU (tools/mutation.py, mutmut): the
+#   share of small bugs the CPU tests catch, into book/results/mutation.json. Hours on 2 cores, so
+#   a separate job, not part of `make test`; MODULES="kernels/losses.py ..." runs some of them
+.PHONY: book test check install toolchain clean mutation
 
 VENV       := .venv
 PY         := $(VENV)/bin/python
@@ -48,5 +51,9 @@ toolchain: $(STAMP)
 	print(why or f'{nvcc()} is CUDA {nvcc_release()} and PyTorch {torch.__version__} was built with CUDA {torch.version.cuda}: they build the kernels together'); \
 	sys.exit(2 if why else 0)"
 
+mutation: $(STAMP)
+	$(PY) -m pip install -q mutmut==3.8.1
+	$(PY) tools/mutation.py $(MODULES)
+
 clean:
-	rm -rf _build
+	rm -rf _build .mutation

@@ -9,11 +9,15 @@ The rule, for tests and notebooks alike:
   and its outputs are compared with the stored ones, so a cell that needs the result of
   a ``gpu`` cell must be tagged ``gpu`` too. There is no notebook-level rule.
 
+``REQUIRE_GPU=1`` (tools/gpu_run.sh's tests stage sets it) turns both skips into failures: on
+the GPU machine, a driver that torch cannot reach must not go green with every GPU test skipped.
+
 torch is imported only if something asks whether a GPU is there.
 """
 
 import collections
 import functools
+import os
 
 import pytest
 
@@ -42,14 +46,33 @@ def _is_gpu_cell(item) -> bool:
     return isinstance(tags, list) and GPU_TAG in tags
 
 
+_MISSING_GPU = pytest.StashKey[str]()
+
+
+def _without_gpu(item, reason: str) -> None:
+    """Skip the item, or, under REQUIRE_GPU=1, make it fail with the same reason."""
+    if os.environ.get("REQUIRE_GPU") == "1":
+        item.stash[_MISSING_GPU] = reason
+    else:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_gpu_cell(item):
             if not has_gpu():
-                item.add_marker(pytest.mark.skip(reason="GPU cell: no CUDA GPU found"))
+                _without_gpu(item, "GPU cell: no CUDA GPU found")
         elif item.get_closest_marker("gpu") is not None:
             if not has_gpu():
-                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (none found)"))
+                _without_gpu(item, "needs a CUDA GPU (none found)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    reason = item.stash.get(_MISSING_GPU, None)
+    if reason is not None:
+        pytest.fail(f"REQUIRE_GPU=1 and {reason}: is the driver reachable "
+                    f"(torch.cuda.is_available() is False)?", pytrace=False)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -68,7 +68,7 @@ import torch
 
 import kernels
 from kernels import Chapter, CheckFailed, bench, check, load, results
-from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles
+from kernels.exercises.ch2_checks import check_warp_atomics
 from kernels.notebook import show_source
 
 ch = Chapter("ch2")  # the chapter's id, GPU and read bandwidth, for its measurements
@@ -532,8 +532,8 @@ print(profile.excerpt(instructions, r"LDG", 6))
 show_source("exercises/ch2_warp_atomics.cu")
 
 # %% tags=["gpu", "nbval-ignore-output"]
-if ch.exercise("exercises/ch2_warp_atomics.cu", lambda kernel: check(kernel.mse, "mse")
-               and every_lane_reaches_the_shuffles("exercises/ch2_warp_atomics.cu")):
+if ch.exercise("exercises/ch2_warp_atomics.cu",
+               check_warp_atomics("exercises/ch2_warp_atomics.cu")):
     bench.speedup_target(load("exercises/ch2_warp_atomics.cu").mse, v1.mse, "mse", (1 << 24,),
                          20, reference_label="version 1", reps=10)
 

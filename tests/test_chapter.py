@@ -12,6 +12,7 @@ import torch
 from kernels import Chapter, CheckFailed, KernelBuildError, bench, results
 from kernels.build import loader, skeletons
 from kernels.course.chapter import ROOT, ExerciseFailed, grade, launch_or_stored
+from kernels.measure.correctness import Checked
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def test_exercise_that_passes(builds, capsys):
     def check(kernel):
         assert isinstance(kernel, FakeKernel)
         print("PASS  mse           1 element                        (1,)")
-        return 1  # kernels.check returns the number of cases
+        return Checked(1)  # kernels.check returns the number of cases passed
 
     assert Chapter("ch2").exercise("exercises/ch2_race.cu", check) is True
     out = capsys.readouterr().out
@@ -219,10 +220,16 @@ def test_exercise_whose_op_raises(builds, capsys, message, advice):
 
 def test_exercise_names_a_file_of_the_repository_relative_to_it(builds, capsys):
     source = ROOT / "solutions" / "kernels" / "ch2_race.cu"
-    assert Chapter("ch2").exercise(str(source), lambda kernel: None)
+    assert Chapter("ch2").exercise(str(source), lambda kernel: True)
     assert capsys.readouterr().out == ("PASS  solutions/kernels/ch2_race.cu: every case of the "
                                        "check passes\n")
     assert builds.sources == [str(source)]  # built from the path given
+
+
+def test_a_check_that_returns_none_is_an_error_not_a_pass(builds):
+    """``check(...) and rule(...)`` with a check returning None never ran the rule: no verdict."""
+    with pytest.raises(TypeError, match="returned None"):
+        Chapter("ch2").exercise("exercises/ch2_race.cu", lambda kernel: None)
 
 
 def test_an_unexpected_error_of_the_check_is_not_hidden(builds):
@@ -289,11 +296,11 @@ def test_an_attempt_that_does_not_compile_raises_with_the_compiler_error(builds,
     builds.error = KernelBuildError("kernels/exercises/ch3_smooth_l1.cu(31): error: identifier "
                                     "\"dd\" is undefined")
     with pytest.raises(ExerciseFailed, match=r"ch3_smooth_l1.cu\(31\): error"):
-        Chapter("ch3").exercise("exercises/ch3_smooth_l1.cu", lambda kernel: None)
+        Chapter("ch3").exercise("exercises/ch3_smooth_l1.cu", lambda kernel: True)
 
 
 def test_an_attempt_that_passes_returns_true(builds, attempted, capsys):
-    assert Chapter("ch2").exercise("exercises/ch2_race.cu", lambda kernel: 1) is True
+    assert Chapter("ch2").exercise("exercises/ch2_race.cu", lambda kernel: Checked(1)) is True
     assert capsys.readouterr().out.splitlines() == [
         "PASS  exercises/ch2_race.cu: every case of the check passes"]
 

@@ -50,7 +50,19 @@ def gpu_runtime(monkeypatch, nvcc_cuda, torch_cuda="12.8"):
     monkeypatch.setattr(torch.version, "cuda", torch_cuda)
     monkeypatch.setattr(colab, "nvcc_release", lambda: nvcc_cuda)
     monkeypatch.setattr(colab.shutil, "which", lambda name: "/usr/bin/ninja")
-    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    # setenv first: monkeypatch restores only what it recorded, and delenv of an unset variable
+    # records nothing, so the value prepare_colab sets would leak into later tests
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "unset by gpu_runtime")
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+
+
+def test_prepare_colab_leaves_no_arch_list_behind():
+    before = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    with pytest.MonkeyPatch.context() as patch:
+        gpu_runtime(patch, nvcc_cuda="12.8")
+        colab.prepare_colab("/content/loss-kernels")
+        assert os.environ["TORCH_CUDA_ARCH_LIST"] == "7.5"
+    assert os.environ.get("TORCH_CUDA_ARCH_LIST") == before
 
 
 def test_prepare_colab_stops_on_an_nvcc_of_another_major_version(monkeypatch):

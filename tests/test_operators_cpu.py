@@ -240,3 +240,26 @@ def test_the_traced_backward_s_factor_is_the_kernels_guess_factor():
                           (2.0**-33, 1.0), (2.0**33, 1.0), (0.0, 1.0), (float("inf"), 1.0),
                           (float("-inf"), 1.0), (float("nan"), 1.0)):
         assert grad_guess.factor(torch.tensor(value)).item() == factor, value
+
+
+def test_hinge_target_gradient_at_the_kink_is_the_kernels_choice():
+    """Where 1 - p y is exactly 0 the target's gradient is -p, as the kernel's prediction
+    gradient is -y there (common/losses.cuh: clamp passes the gradient where its input >= min;
+    tests/gpu/test_operators.py::test_kinks_follow_pytorch compares it with CUDA autograd). Not
+    compared with autograd here: on CPU, torch 2.14's clamp(min=0) gives 0 at the kink."""
+    loss = losses.get_loss("hinge")
+    pred = torch.tensor([1.0, -1.0, 0.5, -3.0], dtype=torch.float64)  # two on the kink
+    target = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    grad_pred = torch.where(1 - pred * target >= 0, -target, 0)  # the kernel's, at the kink too
+    got = loss.target_grad(pred, target, grad_pred, torch.tensor(2.0, dtype=torch.float64))
+    assert got.tolist() == [-2.0, 2.0, -1.0, 0.0]
+
+
+def test_smooth_l1_takes_beta_zero_as_pytorch_does():
+    """beta = 0 is the L1 loss; PyTorch accepts it, and only a negative beta is refused."""
+    check = losses.get_loss("smooth_l1").check_param
+    p, t = torch.tensor([0.0, 2.0]), torch.tensor([1.0, -1.0])
+    assert torch.nn.functional.smooth_l1_loss(p, t, beta=0.0).item() == 2.0
+    assert check(0.0) == 0.0 and check(0) == 0 and check(2.5) == 2.5
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        check(-1e-9)

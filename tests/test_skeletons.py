@@ -34,7 +34,11 @@ def test_the_manifest_lists_every_exercise_file_and_nothing_else():
 def test_the_manifest_has_each_skeleton_as_committed(path):
     if skeletons.digest(path) == skeletons.shipped()[skeletons.key(path)]:
         return
-    if committed(path) != path.read_bytes():
+    at_head = committed(path)
+    if at_head is None:  # no git: an edit and a drifted manifest look the same, so say which
+        pytest.fail(f"{path.name} differs from kernels/exercises/skeletons.json and there is no "
+                    f"git to tell your edit from a skeleton changed without the manifest")
+    if at_head != path.read_bytes():
         pytest.skip(f"{path.name} is your exercise in progress (it differs from the commit)")
     pytest.fail(f"{path.name} changed and kernels/exercises/skeletons.json did not: run "
                 f"python -m kernels.build.skeletons --write")
@@ -49,6 +53,15 @@ def test_attempted_compares_with_the_skeleton_as_shipped(monkeypatch):
     assert not skeletons.attempted(ROOT / "kernels/ch3_block_reduction/v3_sequential.cu")
     assert skeletons.attempted("exercises/ch3_smooth_l1.cu")  # named as load() takes it
     assert not skeletons.attempted("exercises/no_such_file.cu")
+
+
+def test_a_file_outside_the_repository_is_not_an_attempt(tmp_path):
+    """Chapter.exercise asks about any file it is given: one outside the repository (a path
+    that has no key in the manifest) is no learner's attempt, and no crash."""
+    outside = tmp_path / "ch3_smooth_l1.cu"
+    outside.write_bytes(EXERCISE.read_bytes())
+    assert not skeletons.attempted(outside)
+    assert not skeletons.attempted(str(outside))
 
 
 def test_a_learners_edit_does_not_make_a_notebook_stale(monkeypatch):

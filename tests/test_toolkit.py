@@ -313,7 +313,15 @@ def test_a_load_reads_each_source_once_and_records_it(monkeypatch, tmp_path):
     assert seen["cpp_sources"][-1] == codegen.registration(seen["name"], sources.launchers)
     assert "TORCH_CUDA_ARCH_LIST" not in os.environ
     logged = [json.loads(line) for line in (tmp_path / "sources.jsonl").read_text().splitlines()]
-    python = provenance.imported_code()  # the Python around and timing the kernels, logged too
+    # the Python around and timing the kernels, logged too; listed here from sys.modules by
+    # path, not by provenance.imported_code(), the function under test
+    python = sorted({Path(m.__file__).resolve() for m in list(sys.modules.values())
+                     if getattr(m, "__file__", None) and (
+                         Path(m.__file__).resolve().is_relative_to(ROOT / "kernels" / "ops")
+                         or Path(m.__file__).resolve() in {ROOT / "kernels/measure/events.py",
+                                                          ROOT / "kernels/measure/spans.py",
+                                                          ROOT / "kernels/measure/bench.py"})})
+    assert ROOT / "kernels/ops/__init__.py" in python and ROOT / "kernels/measure/bench.py" in python
     assert {file: digest for line in logged for file, digest in line.items()} == {
         p.relative_to(ROOT).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in files + python}

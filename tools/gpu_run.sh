@@ -7,7 +7,8 @@
 #     execute   run every notebook in place, recording environment and kernel-source hashes
 #     nbval     pytest --nbval over chapters/ and solutions/ (timings are not compared, so it
 #               runs with fewer repetitions and writes its measurements to a scratch folder)
-#     tests     the GPU test suites (kernels, validator, sanitizers) and the reliability report
+#     tests     the GPU test suites (kernels, validator, sanitizers) and the reliability report;
+#               REQUIRE_GPU=1 here and in nbval: a GPU torch cannot reach fails them, not skips
 #     targets   the benchmark scripts that print each target ratio
 #     smallgpu  every notebook as a small GPU runs it: kernels built for compute_75 (PTX that the
 #               driver compiles, so the pre-Hopper paths run), GPU memory capped at 15 GiB, fewer
@@ -73,7 +74,7 @@ for stage in "$@"; do
              done ;;
     nbval)   for nb in "${notebooks[@]}"; do
                in_time "$nb" || continue
-               KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
+               REQUIRE_GPU=1 KERNELS_RESULTS_DIR=/tmp/nbval-results KERNELS_BENCH_REPS=10 \
                python3 -m pytest -q -p no:cacheprovider --nbval-current-env --nbval \
                  --nbval-sanitize-with nbval_sanitize.cfg -o addopts="" "$nb" || status=1
              done ;;
@@ -83,7 +84,7 @@ for stage in "$@"; do
                echo "KEEP_RECORDS=1 but $records is missing: put the first call's records there"
                echo "before the second call (a fresh copy of the checkout does not have them)"; exit 2
              fi
-             RELIABILITY_RESULTS=$records python3 -m pytest -q -p no:cacheprovider \
+             REQUIRE_GPU=1 RELIABILITY_RESULTS=$records python3 -m pytest -q -p no:cacheprovider \
                -o addopts="" ${TESTS:-tests/gpu} --timeout 900 || status=1
              [ ! -f "$records" ] || [ "$records" -ef "$kept" ] || cp "$records" "$kept"  # the page's data comes back
              python3 tools/reliability_report.py "$records" || status=1 ;;

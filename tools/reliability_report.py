@@ -3,6 +3,9 @@
     RELIABILITY_RESULTS=/tmp/reliability.jsonl python3 -m pytest tests/gpu
     python tools/reliability_report.py /tmp/reliability.jsonl      # -> book/reliability.md
 
+With book/results/mutation.json (``make mutation``, tools/mutation.py), the page also shows the
+mutation score of the toolkit's core on CPU, module by module, with its date.
+
 The GPU suites (tests/gpu) append one JSON record per result to $RELIABILITY_RESULTS:
 ``{"version": "ch4_two_pass/v2_deterministic_tiles.cu", "case": "sanitizer:memcheck" |
 "check:mse" | ..., "outcome": "clean" | "errors" | "pass" | "fail" | "rejected",
@@ -20,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "book" / "reliability.md"
+MUTATION = ROOT / "book" / "results" / "mutation.json"
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 
 HEADER = """# Reliability report
@@ -97,6 +101,26 @@ def render(records: list[dict], gpu: str = "a GPU", changed=()) -> str:
     return text
 
 
+def render_mutation(data: dict) -> str:
+    """The mutation score section: per module, the mutants killed of those run, and when."""
+    modules = data.get("modules", {})
+    if not modules:
+        return ""
+    text = ("\n## Mutation score of the toolkit's core (CPU tests)\n\n"
+            "`make mutation` (`tools/mutation.py`, with [mutmut](https://mutmut.readthedocs.io)) "
+            "puts one small bug at a time into a module (a `>=` for a `>`, a constant changed, an "
+            "argument dropped) and runs the CPU tests that reach it: a *killed* mutant is a bug the "
+            "tests catch. Survivors are listed with why in `tools/mutation_survivors.md`. A module "
+            "that is not in the table has not been run yet.\n\n"
+            "| module | killed | run | score | survived | date |\n|---|---:|---:|---:|---:|---|\n")
+    for name in sorted(modules):
+        m = modules[name]
+        score = "–" if m.get("score") is None else f"{m['score']:.1f}%"
+        text += (f"| `{name}` | {m['killed']} | {m['ran']} | {score} | "
+                 f"{len(m.get('survivors', []))} | {m['date']} |\n")
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="the JSON lines file the GPU suites wrote")
@@ -111,7 +135,8 @@ def main() -> int:
     if not records:
         print(f"{args.results} holds no results", file=sys.stderr)
         return 1
-    args.output.write_text(render(records, gpu, set(args.changed)))
+    mutation = json.loads(MUTATION.read_text()) if MUTATION.exists() else {}
+    args.output.write_text(render(records, gpu, set(args.changed)) + render_mutation(mutation))
     print(f"wrote {args.output} ({len(records)} results)")
     return 0
 

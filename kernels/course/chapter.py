@@ -92,7 +92,10 @@ class Chapter:
         """Build an exercise's kernel file, run ``check(kernel)`` on it, print one verdict.
 
         ``check`` prints a line per case and either raises :class:`kernels.CheckFailed`
-        (``kernels.check``) or returns False (the chapters' own checks) when a case fails. What
+        (``kernels.check``) or returns False (the chapters' own checks) when a case fails; it
+        returns a true value (``kernels.check``'s number of cases, True) when all pass. None is
+        no verdict: ``check(...) and rule(...)`` once stopped at ``check``'s None and counted
+        it a pass with the rule never run, so a check returning None raises TypeError. What
         a learner meets on the way, a compile error, a wrong answer, an error the op raises, is
         printed as a FAIL verdict that says what to look at: the cell is meant to be rerun until
         it says PASS. Returns whether it passed.
@@ -117,7 +120,10 @@ class Chapter:
                                    "line are given), then rerun this cell", mine, str(error))
         try:
             with contextlib.redirect_stdout(printed):
-                passed = check(kernel) is not False
+                verdict = check(kernel)
+            if verdict is None:
+                raise TypeError(f"the check of {shown} returned None: return whether it passed")
+            passed = bool(verdict)
         except CheckFailed as failure:
             print(failure)
             return _verdict(shown, "the case above gives a different answer from PyTorch's (the "

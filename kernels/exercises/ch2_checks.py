@@ -54,3 +54,17 @@ def every_lane_reaches_the_shuffles(source) -> bool:
           "lanes that left never reach it, which is undefined behaviour even where the sums "
           "come out right. Keep every lane and let those past the end contribute 0")
     return False
+
+
+def check_warp_atomics(source, device="cuda"):
+    """Exercise 2.1's whole check for ``source``, as ``Chapter.exercise`` takes it: the values
+    (``kernels.check``, which raises at a wrong one), then the rule above, whose verdict it
+    returns. Both halves run, in this order, whatever the first returns: a kernel that gives
+    the right sums but returns before its shuffles fails. ``device``: "cpu" for the tests."""
+    from kernels.measure.correctness import check
+
+    def checked(kernel) -> bool:
+        check(kernel.mse, "mse", device=device)
+        return every_lane_reaches_the_shuffles(source)
+
+    return checked

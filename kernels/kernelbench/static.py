@@ -24,6 +24,7 @@ them, which is why the dynamic checks (coverage, fresh inputs, the stream check)
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -115,6 +116,16 @@ class _Forward(ast.NodeVisitor):
                 self.tainted |= _names(target)
         self.generic_visit(node)
 
+    def visit_AnnAssign(self, node):  # d: torch.Tensor = p - t
+        if node.value is not None and self._derives(node.value):
+            self.tainted |= _names(node.target)
+        self.generic_visit(node)
+
+    def visit_For(self, node):  # for d in (p - t,): the loop variable holds the inputs' values
+        if self._derives(node.iter):
+            self.tainted |= _names(node.target)
+        self.generic_visit(node)
+
     def visit_Try(self, node):
         self._add(node, "catches exceptions: a kernel that fails must fail the trial, not fall "
                         "back to something else")
@@ -200,6 +211,72 @@ def _torch_names(tree) -> set[str]:
     return names
 
 
+class _Aliases(ast.NodeTransformer):
+    """Write each use of an alias as what it names, so that the rules of ``forward`` see
+    ``torch.mean(...)`` however it was spelled: ``avg = torch.mean; avg(x)``,
+    ``G = torch.nn.functional; G.mse_loss(p, t)``, ``s = (p - t).sum; s()``,
+    ``from torch.nn.functional import mse_loss as l; l(p, t)``, ``getattr(torch, "mean")(x)``.
+    ``names``: alias -> the expression it stands for (see :func:`_aliases`)."""
+
+    def __init__(self, names: dict):
+        self.names, self.expanding = names, set()
+
+    def visit_Name(self, node):
+        if not isinstance(node.ctx, ast.Load) or node.id not in self.names \
+                or node.id in self.expanding:  # a = b.x; b = a.y: expanded once, not forever
+            return node
+        self.expanding.add(node.id)
+        named = self.visit(ast.parse(ast.unparse(self.names[node.id]), mode="eval").body)
+        self.expanding.discard(node.id)
+        for part in ast.walk(named):  # findings inside it name the line of the use
+            ast.copy_location(part, node)
+        return named
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if _is_getattr(node):
+            return ast.copy_location(ast.Attribute(node.args[0], node.args[1].value, ast.Load()),
+                                     node)
+        return node
+
+
+def _is_getattr(node) -> bool:
+    """``getattr(x, "constant")``: an attribute spelled as a call."""
+    return (isinstance(node, ast.Call) and _chain(node.func) == ["getattr"] and len(node.args) == 2
+            and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+
+
+def _aliases(tree, function) -> dict:
+    """alias -> what it names: the module's ``from torch... import x as y``, and the names
+    ``function`` binds once to a name, an attribute (no call of its own) or a getattr. A name
+    bound twice is left alone (which binding a use sees depends on the flow)."""
+    names, bound = {}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch"):
+            for a in node.names:
+                if a.asname and a.asname != a.name:
+                    names[a.asname] = ast.parse(f"{node.module}.{a.name}", mode="eval").body
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)):
+            targets = [node.target]
+        else:
+            continue
+        for name in set().union(*(_names(t) for t in targets)):
+            bound[name] = bound.get(name, 0) + 1
+            names.pop(name, None)  # bound here: no longer the module's import
+        if isinstance(node, ast.Assign) and len(targets) == 1 and isinstance(targets[0], ast.Name) \
+                and (isinstance(node.value, (ast.Name, ast.Attribute)) or _is_getattr(node.value)):
+            names[targets[0].id] = node.value
+    return {k: v for k, v in names.items() if bound.get(k, 0) <= 1}
+
+
+def _without_aliases(tree, function):
+    """A copy of ``function`` with its aliases written out (the tree itself is left as it is)."""
+    return _Aliases(_aliases(tree, function)).visit(copy.deepcopy(function))
+
+
 def check_source(source: str, offset: int = 0, torch_names: set | None = None) -> list[Finding]:
     """The findings in a Python source (a whole ModelNew file, or one class's source); line
     numbers are the source's own plus ``offset``."""
@@ -215,6 +292,7 @@ def check_source(source: str, offset: int = 0, torch_names: set | None = None) -
             if node.args.vararg:
                 params.append(node.args.vararg.arg)
             visitor = _Forward(params, names, lines, offset, found)
+            node = _without_aliases(tree, node)
             for statement in node.body:
                 visitor.visit(statement)
     return sorted(set(found), key=lambda f: (f.line, f.why))

@@ -62,18 +62,23 @@ def _describe_mismatch(got, expected) -> str:
     return ""
 
 
-def check_case(op, loss_name, label, shape, rtol, seed=SEED, dtype=None, **kwargs) -> str:
-    """Run one case; return its PASS line or raise CheckFailed."""
+def check_case(op, loss_name, label, shape, rtol, seed=SEED, dtype=None, device="cuda",
+               **kwargs) -> str:
+    """Run one case; return its PASS line or raise CheckFailed.
+
+    ``device``: where the inputs are made; "cpu" lets the tests check the check with stand-in ops.
+    """
     import torch
 
     loss = get_loss(loss_name)
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    inputs = loss.make_inputs(shape, generator, "cuda", dtype)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    inputs = loss.make_inputs(shape, generator, device, dtype)
     expected_like = loss.reference(*inputs, **kwargs)
     expected = loss.reference64(inputs, **kwargs)
-    poison_allocator()
+    poison_allocator(device)
     got = op(*inputs, **kwargs)
-    torch.cuda.synchronize()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
     where = f"{loss_name}, {label} {tuple(shape)}"
     if not isinstance(got, torch.Tensor):
         raise CheckFailed(f"FAIL {where}: returned {type(got).__name__}, not a tensor")
@@ -100,13 +105,13 @@ SPECIAL_VALUES = (
 )
 
 
-def check_special_value(op, loss_name, label, which, value, seed=SEED) -> str:
+def check_special_value(op, loss_name, label, which, value, seed=SEED, device="cuda") -> str:
     """One element set to NaN or an infinity; return the PASS line or raise CheckFailed."""
     import torch
 
     loss = get_loss(loss_name)
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    inputs = list(loss.make_inputs((100_003,), generator, "cuda", None))
+    generator = torch.Generator(device=device).manual_seed(seed)
+    inputs = list(loss.make_inputs((100_003,), generator, device, None))
     inputs[which].view(-1)[inputs[which].numel() // 2] = value
     expected = loss.reference(*inputs)
     got = op(*inputs)
@@ -122,18 +127,36 @@ def check_special_value(op, loss_name, label, which, value, seed=SEED) -> str:
     return f"PASS  {loss_name:<13} {label:<32} -> {expected.item()}"
 
 
+class Checked(int):
+    """The number of cases a check passed: an int, so ``check(...) and rule(...)`` runs the rule.
+
+    A notebook cell ending in ``check(...)`` shows the printed cases and no bare number: the
+    object displays itself as nothing (``_ipython_display_``), so the 23 stored outputs of such
+    cells stay as they are.
+    """
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 def check(op, loss_name, rtol=1e-5, shapes=None, seed=SEED, dtype=None,
-          special_values: bool = False, **kwargs) -> None:
+          special_values: bool = False, device="cuda", **kwargs) -> Checked:
     """Run the loss's check suite on ``op``; print a line per case; raise at the first failure.
 
     ``shapes``: (label, shape) pairs, by default the loss's suite. ``special_values``: also the
     NaN and infinity cases of :data:`SPECIAL_VALUES`. Extra keyword arguments go to both the op
-    and the PyTorch reference. Returns None, so that a notebook cell ending in a check shows its
-    printed cases and no bare return value.
+    and the PyTorch reference. Returns the number of cases, all passed (at least 1, so true):
+    a caller can combine it, ``check(kernel.mse, "mse") and every_lane_reaches_the_shuffles(f)``.
     """
     cases = shapes if shapes is not None else get_loss(loss_name).check_shapes
+    count = 0
     for label, shape in cases:
-        print(check_case(op, loss_name, label, shape, rtol, seed, dtype, **kwargs))
+        print(check_case(op, loss_name, label, shape, rtol, seed, dtype, device, **kwargs))
+        count += 1
     if special_values:
         for label, which, value in SPECIAL_VALUES:
-            print(check_special_value(op, loss_name, label, which, value, seed))
+            print(check_special_value(op, loss_name, label, which, value, seed, device))
+            count += 1
+    if count == 0:
+        raise ValueError("check() was given no cases: an empty suite would pass anything")
+    return Checked(count)

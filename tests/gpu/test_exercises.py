@@ -16,7 +16,7 @@ from kernels import Chapter, check  # noqa: E402
 from kernels.build import skeletons  # noqa: E402
 from kernels.build.skeletons import attempted  # noqa: E402
 from kernels.course.chapter import ExerciseFailed  # noqa: E402
-from kernels.exercises.ch2_checks import every_lane_reaches_the_shuffles  # noqa: E402
+from kernels.exercises.ch2_checks import check_warp_atomics  # noqa: E402
 from kernels.exercises.ch4_checks import check_kahan  # noqa: E402
 from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing,  # noqa: E402
                                           check_online_softmax)
@@ -32,8 +32,7 @@ def mse(path):
 
 # exercise file (under kernels/exercises/ and solutions/kernels/) -> its check, made for a source
 EXERCISES = {
-    "ch2_warp_atomics.cu": lambda path: (lambda kernel: check(kernel.mse, "mse")
-                                         and every_lane_reaches_the_shuffles(path)),
+    "ch2_warp_atomics.cu": check_warp_atomics,  # the values, then the shuffle rule
     "ch2_race.cu": mse,
     "ch3_smooth_l1.cu": lambda path: (
         lambda kernel: check(kernel.smooth_l1, "smooth_l1", special_values=True)),

@@ -1,0 +1,137 @@
+"""The KernelBench validator's tolerances, tested on both sides of each bound, and its static
+checks following a value through assignments, keyword arguments and aliases.
+
+Each tolerance case has an answer just inside the bound (must pass) and just outside (must
+fail), so dropping a term of the bound (``rtol``, the absolute part) or ignoring
+``relative_only`` fails a test here.
+"""
+
+import pytest
+import torch
+
+from kernels import kernelbench as kb
+from kernels.kernelbench.checks import check_against_float64, check_output
+
+# --- check_output: torch.allclose(out, ref, atol=tol, rtol=tol): |out - ref| <= tol + tol |ref|
+
+TOL = 1e-4
+
+
+def t(x):
+    return torch.tensor(x, dtype=torch.float64)  # float64: the bounds are not blurred by rounding
+
+
+@pytest.mark.parametrize("ref, inside, outside", [
+    (100.0, 100.0 + 0.0100, 100.0 + 0.0102),  # bound 0.0101: the relative part dominates
+    (-100.0, -100.0 - 0.0100, -100.0 - 0.0102),  # |ref|, not ref
+    (0.0, 0.99e-4, 1.01e-4),  # bound 1e-4: the absolute part alone
+    (1.0, 1.0 + 1.99e-4, 1.0 + 2.01e-4),  # bound 2e-4: both parts
+])
+def test_check_output_passes_inside_the_bound_and_fails_outside(ref, inside, outside):
+    assert check_output(t(inside), t(ref), TOL) is None
+    assert check_output(t(2 * ref - inside), t(ref), TOL) is None  # below the reference
+    failure = check_output(t(outside), t(ref), TOL)
+    assert failure is not None and "> atol = rtol = 0.0001" in failure
+    assert check_output(t(2 * ref - outside), t(ref), TOL) is not None
+
+
+def test_check_output_rtol_counts():
+    """0.0100 off at 100: within tol |ref| = 0.01 plus tol, far beyond the absolute tol alone."""
+    assert check_output(t(100.0100), t(100.0), TOL) is None
+    assert check_output(t(100.0100), t(100.0), 1e-5) is not None  # a tighter tolerance fails
+
+
+def test_check_output_compares_every_element():
+    ref = torch.zeros(5, dtype=torch.float64)
+    out = ref.clone()
+    out[3] = 2e-4
+    assert "|difference| 0.0002" in check_output(out, ref, TOL)
+
+
+# --- check_against_float64: |got - expected| <= tol |expected| (+ tol unless relative_only) ----
+
+@pytest.mark.parametrize("expected, inside, between, outside", [
+    # bound 0.0101 (0.01 relative-only); "between" passes with the absolute part only
+    (100.0, 100.0099, 100.01005, 100.0102),
+    (-100.0, -100.0099, -100.01005, -100.0102),
+    (0.0, 0.0, 0.5e-4, 1.01e-4),  # at 0, relative-only allows nothing
+])
+def test_check_against_float64_on_each_side_of_each_tolerance(expected, inside, between, outside):
+    for relative_only in (False, True):
+        assert check_against_float64(t(inside), expected, TOL, relative_only) is None
+        assert check_against_float64(t(outside), expected, TOL, relative_only) is not None
+    assert check_against_float64(t(between), expected, TOL) is None
+    failure = check_against_float64(t(between), expected, TOL, relative_only=True)
+    assert failure is not None and "|difference|" in failure
+
+
+def test_check_against_float64_rejects_what_is_not_one_finite_value():
+    assert "not one value" in check_against_float64(t([1.0, 1.0]), 1.0, TOL)
+    assert "not one value" in check_against_float64(1.0, 1.0, TOL)
+    assert "not finite" in check_against_float64(t(float("nan")), 1.0, TOL)
+    assert "not finite" in check_against_float64(t(float("-inf")), 1.0, TOL)
+
+
+# --- static checks: the value followed through the forward's code --------------------------
+
+def findings(body, header=""):
+    source = (f"import torch\nimport torch.nn.functional as F\n{header}\n"
+              f"class ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n"
+              + "".join(f"        {line}\n" for line in body.split("; ")))
+    return [(f.line, f.why.split(" over ")[0]) for f in kb.check_source(source)
+            if f.severity == "failure"]
+
+
+FOLLOWED = {
+    # assignments
+    "d = p - t; return torch.mean(d * d)": (7, "PyTorch's `mean`"),
+    "d = p - t; e = d * d; return e.sum() / p.numel()": (8, "PyTorch's `sum`"),
+    "d: torch.Tensor = p - t; return torch.mean(d * d)": (7, "PyTorch's `mean`"),
+    "a, b = p, t; return torch.mean((a - b) ** 2)": (7, "PyTorch's `mean`"),
+    "for d in (p - t,): return torch.mean(d * d)": (6, "PyTorch's `mean`"),
+    # keyword arguments
+    "d = torch.sub(input=p, other=t); return torch.mean(d ** 2)": (7, "PyTorch's `mean`"),
+    "return F.mse_loss(input=p, target=t)": (6, "PyTorch's `mse_loss`"),
+    "return torch.mean(input=(p - t) ** 2)": (6, "PyTorch's `mean`"),
+    # aliases
+    "avg = torch.mean; return avg((p - t) ** 2)": (7, "PyTorch's `mean`"),
+    "G = torch.nn.functional; return G.mse_loss(p, t)": (7, "PyTorch's `mse_loss`"),
+    "s = (p - t).pow(2).sum; return s() / p.numel()": (7, "PyTorch's `sum`"),
+    "return getattr(torch, 'mean')((p - t) ** 2)": (6, "PyTorch's `mean`"),
+    "q = p; return torch.mean((q - t) ** 2)": (7, "PyTorch's `mean`"),
+}
+
+
+@pytest.mark.parametrize("body", sorted(FOLLOWED))
+def test_static_checks_follow_the_inputs(body):
+    assert findings(body) == [FOLLOWED[body]]
+
+
+@pytest.mark.parametrize("header, body", [
+    ("from torch import mean as avg", "return avg((p - t) ** 2)"),
+    ("from torch.nn.functional import mse_loss as l2", "return l2(p, t)"),
+    ("import torch.nn.functional as G", "return G.mse_loss(p, t)"),
+])
+def test_static_checks_follow_an_imported_alias(header, body):
+    assert len(findings(body, header)) == 1
+
+
+@pytest.mark.parametrize("body", [
+    "d = ext.mse(p, t); return torch.mean(d)",  # the extension's output: the kernel's work
+    "f = ext.mse; return f(p, t)",  # an alias of the extension
+    "avg = torch.mean; avg = ext.mean; return avg(p - t)",  # bound twice: which one is unknown
+    "a = b.x; b = a.y; return ext.f(p)",  # aliases of each other: expanded once, no loop
+])
+def test_static_checks_leave_the_kernels_own_calls_alone(body):
+    assert findings(body) == []
+
+
+def test_an_imported_alias_rebound_in_forward_is_the_new_value():
+    assert findings("avg = ext.mean; return avg(p, t)", "from torch import mean as avg") == []
+
+
+def test_the_finding_through_an_alias_names_the_line_of_the_use():
+    source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n"
+              "        s = (p - t).abs().sum\n        n = p.numel()\n        return s() / n\n")
+    (finding,) = kb.check_source(source)
+    assert finding.line == 6 and finding.code == "return s() / n"

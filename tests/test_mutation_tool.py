@@ -1,0 +1,48 @@
+"""tools/mutation.py's bookkeeping (no mutmut needed): which module a mutant belongs to, the
+score it records, and the reliability page's section made from it."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tool(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_core_module_exists_and_has_tests():
+    mutation = tool("mutation")
+    for module, tests in mutation.MODULES.items():
+        assert (ROOT / module).is_file(), module
+        assert tests and all((ROOT / t).is_file() for t in tests), module
+
+
+def test_a_mutant_is_counted_in_its_module_and_survivors_are_named():
+    mutation = tool("mutation")
+    found = {
+        "kernels.measure.correctness.x_check_case__mutmut_1": "killed",
+        "kernels.measure.correctness.x_check_case__mutmut_2": "survived",
+        "kernels.measure.correctness.x_check__mutmut_3": "timeout",
+        "kernels.measure.correctness.x_relative_error__mutmut_4": "no tests",
+        "kernels.course.chapter.xǁChapterǁexercise__mutmut_5": "survived",
+    }
+    assert mutation.module_of("kernels.course.chapter.xǁChapterǁexercise__mutmut_5") == \
+        "kernels/course/chapter.py"
+    table = mutation.score(found, ["kernels/measure/correctness.py", "kernels/course/chapter.py"])
+    mine = table["kernels/measure/correctness.py"]
+    assert (mine["mutants"], mine["ran"], mine["killed"], mine["no_tests"]) == (4, 3, 2, 1)
+    assert mine["score"] == 66.7  # a timeout is a kill: the mutant hung the tests
+    assert mine["survivors"] == ["kernels.measure.correctness.x_check_case__mutmut_2"]
+    assert table["kernels/course/chapter.py"]["score"] == 0.0
+
+
+def test_the_reliability_page_shows_the_score_and_its_date():
+    report = tool("reliability_report")
+    assert report.render_mutation({}) == ""
+    text = report.render_mutation({"modules": {"kernels/losses.py": {
+        "killed": 45, "ran": 50, "score": 90.0, "survivors": ["a", "b"], "date": "2026-11-28"}}})
+    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 2026-11-28 |" in text
