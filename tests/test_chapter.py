@@ -319,7 +319,10 @@ def test_grade_raises_for_a_failing_attempt_with_the_checkers_verdict(attempted)
 def test_one_gpu_gets_the_stored_two_gpu_run_and_is_told_so(capsys):
     run = launch_or_stored("ch8_check", "check", 1, 1)
     out = capsys.readouterr().out.splitlines()
-    assert out[:2] == ["1 GPU here: the stored run of 2 x NVIDIA H200 (2026-11-23),",
+    stored = results.read_published_json("ch8_check")  # the run's own GPUs and date
+    assert stored["gpus"] >= 2 and stored["run"]["ranks"] == stored["gpus"]
+    assert out[:2] == [f"1 GPU here: the stored run of {stored['gpus']} x {stored['gpu']} "
+                       f"({stored['date']}),",
                        "from book/results/ch8_check.json; on two GPUs this cell measures anew."]
     assert out[2:] == run["printed"].rstrip().splitlines() and len(run["cases"]) == 6
     assert all(case["passed"] for case in run["cases"])

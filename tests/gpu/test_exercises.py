@@ -76,3 +76,17 @@ def test_a_wrong_attempt_raises_with_its_failing_case(name, monkeypatch):
     with pytest.raises(ExerciseFailed, match=rf"^{skeleton}: \S") as failure:
         Chapter("test").exercise(skeleton, EXERCISES[name](skeleton))
     assert "FAIL" in str(failure.value) or "rror" in str(failure.value), str(failure.value)
+
+
+def test_exercise_2_1_fails_right_sums_with_an_early_return(tmp_path, capsys):
+    """Built and run on the GPU: the solution with the skeleton's early return gives the right
+    sums (every value case PASSes) but breaks the shuffle rule, so the exercise FAILs."""
+    solution = (SOLUTIONS / "ch2_warp_atomics.cu").read_text()
+    guarded = "float v = i < a.n ? loss(a.pred[i], a.target[i % a.target_len]) : 0.0f;"
+    assert guarded in solution
+    early = tmp_path / "ch2_warp_atomics.cu"
+    early.write_text(solution.replace(guarded, "if (i >= a.n) return;\n    float v = "
+                                               "loss(a.pred[i], a.target[i % a.target_len]);"))
+    assert Chapter("test").exercise(str(early), check_warp_atomics(str(early))) is False
+    out = capsys.readouterr().out
+    assert "PASS  mse" in out and "FAIL  squared_error_warp_atomic: a `return`" in out, out
