@@ -96,9 +96,11 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     path = source_path(source)
     sources = Sources.read(path)  # every file read once, here
     name = sources.build_name(archs)
-    # Shown relative to kernels/ (course kernels) or to the repository (solutions/kernels/...).
+    # Shown relative to kernels/ (course kernels) or to the repository (solutions/kernels/...);
+    # a file elsewhere (a learner's copy, a test's temporary file) by its own path.
     inside = path.is_relative_to(KERNELS_DIR)
-    shown = path.relative_to(KERNELS_DIR if inside else KERNELS_DIR.parent).as_posix()
+    shown = next((path.relative_to(base).as_posix() for base in (KERNELS_DIR, KERNELS_DIR.parent)
+                  if path.is_relative_to(base)), path.as_posix())
     provenance.record(sources)
     if name in _LOADED:
         _FRESH[key] = (_LOADED[name], _mtimes(sources.files()))

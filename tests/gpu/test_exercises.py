@@ -89,4 +89,7 @@ def test_exercise_2_1_fails_right_sums_with_an_early_return(tmp_path, capsys):
                                                "loss(a.pred[i], a.target[i % a.target_len]);"))
     assert Chapter("test").exercise(str(early), check_warp_atomics(str(early))) is False
     out = capsys.readouterr().out
-    assert "PASS  mse" in out and "FAIL  squared_error_warp_atomic: a `return`" in out, out
+    # Lanes that left before a full-mask shuffle are undefined behaviour: the sums may still come
+    # out right (then the rule must be what fails) or not (then a value case fails first).
+    if "FAIL  mse" not in out:
+        assert "FAIL  squared_error_warp_atomic: a `return`" in out, out
