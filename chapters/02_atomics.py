@@ -123,6 +123,17 @@ print(f"{ms:.3f} ms per call, {2 * p.numel() * 4 / (ms * 1e-3) / 1e9:.0f} GB/s r
 print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), rtol=1e-4))
 
 # %% [markdown]
+# Read the three lines before going on:
+#
+# - **The build took about a minute**, most of it compiling PyTorch's C++ headers
+#   (`torch/extension.h`) for a ten-line kernel.
+# - **The kernel is slow.** Every thread's `atomicAdd` waits its turn at the same address; the
+#   section on contention below measures why.
+# - **`allclose` says False.** One float receives $2^{24}$ additions. Once the running sum is
+#   large, the small squares added to it are rounded away, and the mean misses float32's
+#   tolerance. That is version 1's accuracy problem, measured below and fixed by the later
+#   versions. A check on a small input would have passed, so a check must try large ones too.
+#
 # That is the whole machinery. The course's toolkit does the same three things with more care,
 # and every later cell uses it:
 #
