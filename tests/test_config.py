@@ -95,4 +95,5 @@ def test_only_ci_applies_the_torch_pin():
 
     assert "pip install -q -r requirements.txt" in dry_run() and " -c " not in dry_run()
     assert "-r requirements.txt -c .ci/constraints.txt" in dry_run("CONSTRAINTS=.ci/constraints.txt")
-    assert "make test CONSTRAINTS=.ci/constraints.txt" in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()  # the README's command, with the pin in its environment
+    assert "export CONSTRAINTS=.ci/constraints.txt" in ci and "\nmake test\n" in ci
