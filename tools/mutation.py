@@ -43,8 +43,10 @@ MODULES = {
     "kernels/build/skeletons.py": ["tests/test_skeletons.py", "tests/test_chapter.py"],
     "kernels/course/chapter.py": ["tests/test_chapter.py"],
 }
-# What the tests read besides the package: copied into the scratch copy as they are.
-ALSO = ["conftest.py", "tests", "tools", "solutions/kernels", "book/results"]
+# What the tests read besides the package (notebooks, tools, the book's results...): everything
+# at the top of the repository but hidden folders and build outputs, copied as it is (20 MB).
+ALSO = sorted(p.name for p in ROOT.iterdir()
+              if not p.name.startswith(".") and p.name not in ("kernels", "_build", "mutants"))
 
 
 def workspace(modules: list[str]) -> list[str]:
@@ -73,8 +75,12 @@ def workspace(modules: list[str]) -> list[str]:
 
 
 def mutmut(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    # One thread per process: mutmut forks a process per mutant from one that has run torch,
+    # and a fork of a process whose OpenMP pool is running hangs in its first parallel op
+    # (each such mutant then "timed out" with its tests passing when run alone).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=WORK, check=check,
-                          text=True, capture_output=args[0] != "run")
+                          text=True, capture_output=args[0] != "run", env=env)
 
 
 def outcomes() -> dict[str, str]:
