@@ -43,6 +43,9 @@ MODULES = {
     "kernels/build/skeletons.py": ["tests/test_skeletons.py", "tests/test_chapter.py"],
     "kernels/course/chapter.py": ["tests/test_chapter.py"],
 }
+# Tests that fail under mutmut for a reason of its own (torch._dynamo's config module has
+# neither limit attribute there, as if half imported): Chapter.allow_recompiles goes unmutated.
+DESELECT = ["tests/test_chapter.py::test_allow_recompiles_raises_dynamos_limit"]
 # What the tests read besides the package (notebooks, tools, the book's results...): everything
 # at the top of the repository but hidden folders and build outputs, copied as it is (20 MB).
 ALSO = sorted(p.name for p in ROOT.iterdir()
@@ -70,7 +73,8 @@ def workspace(modules: list[str]) -> list[str]:
         f"only_mutate =\n    {lines(modules)}\n"
         f"also_copy =\n    {lines(ALSO + ['pytest.ini'])}\n"
         f"pytest_add_cli_args_test_selection =\n    {lines(tests)}\n"
-        "pytest_add_cli_args =\n    -q\n    -x\n    -p\n    no:randomly\n")
+        "pytest_add_cli_args =\n    -q\n    -x\n    -p\n    no:randomly\n"
+        + "".join(f"    --deselect\n    {test}\n" for test in DESELECT))
     return tests
 
 
