@@ -224,3 +224,60 @@ def test_exercise_2_1_wrong_sums_fail_before_the_rule(capsys):
     with pytest.raises(CheckFailed):
         check_warp_atomics(source, device="cpu")(WrongSums())
     assert "every lane" not in capsys.readouterr().out
+
+
+# --- what the mutation run found untested (tools/mutation_survivors.md) ----------------------
+
+def test_the_dtype_reaches_the_inputs_through_check():
+    seen = []
+
+    def op(p, t):
+        seen.append(p.dtype)
+        return get_loss("mse").reference64((p, t)).to(p.dtype)
+
+    assert check(op, "mse", shapes=SMALL, dtype=torch.float64, device="cpu") == 3
+    assert seen == [torch.float64] * 3
+    assert case(op, dtype=torch.float64).startswith("PASS") and seen[-1] == torch.float64
+
+
+def test_keyword_arguments_reach_the_op_through_check():
+    seen = []
+
+    def op(logits, target, label_smoothing):
+        seen.append(label_smoothing)
+        return exact("cross_entropy")(logits, target, label_smoothing=label_smoothing)
+
+    shapes = [("few classes", (33, 10))]
+    assert check(op, "cross_entropy", shapes=shapes, device="cpu", label_smoothing=0.1) == 1
+    assert seen == [0.1]
+
+
+def test_check_prints_a_pass_line_per_case_special_values_included(capsys):
+    check(exact("mse"), "mse", shapes=SMALL[:1], special_values=True, device="cpu")
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + len(SPECIAL_VALUES)
+    assert [line.split()[:2] for line in lines] == [["PASS", "mse"]] * len(lines)
+    assert lines[1].endswith("-> nan") and lines[3].endswith("-> inf")
+
+
+def test_the_empty_suite_message():
+    with pytest.raises(ValueError, match=r"^check\(\) was given no cases: an empty suite would "
+                                         r"pass anything$"):
+        check(exact("mse"), "mse", shapes=[], device="cpu")
+
+
+def test_a_special_value_failure_names_the_loss_and_the_case():
+    with pytest.raises(CheckFailed, match=r"^FAIL mse, a special value: PyTorch gives nan, got 0"):
+        special(lambda p, t: torch.tensor(0.0))
+
+
+def test_an_error_equal_to_the_tolerance_passes():
+    """``<=``: a tolerance of exactly the op's error passes, as documented (not ``<``)."""
+    loss = get_loss("mse")
+    op = lambda p, t: exact("mse")(p, t) * (1 + 2 ** -10)  # noqa: E731
+    inputs = loss.make_inputs((3_001,), torch.Generator().manual_seed(correctness.SEED), "cpu",
+                              None)
+    error = correctness.relative_error(op(*inputs), loss.reference64(inputs))
+    assert error > 0 and case(op, rtol=error).startswith("PASS")
+    with pytest.raises(CheckFailed):
+        case(op, rtol=error * (1 - 1e-9))

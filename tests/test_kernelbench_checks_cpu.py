@@ -135,3 +135,58 @@ def test_the_finding_through_an_alias_names_the_line_of_the_use():
               "        s = (p - t).abs().sum\n        n = p.numel()\n        return s() / n\n")
     (finding,) = kb.check_source(source)
     assert finding.line == 6 and finding.code == "return s() / n"
+
+
+# --- the notes' and the stream check's thresholds are strict: at the bound, nothing ----------
+
+def test_excessive_speedup_is_above_ten_times_not_at_it():
+    assert kb.excessive_speedup_note(10.0) is None
+    assert kb.excessive_speedup_note(10.001) is not None
+
+
+def test_the_hidden_time_must_exceed_both_bounds():
+    """hidden = wall - event (the median), less the reference's (here 0). Binary fractions, so
+    the comparisons at the bound are exact."""
+    honest = kb.Timing([1.0] * 3, [1.0] * 3)
+
+    def hidden(event, extra):
+        return kb.check_timed_stream(kb.Timing([event] * 3, [event + extra] * 3), honest,
+                                     min_ms=0.125, fraction=0.5)
+
+    assert hidden(0.125, 0.125) is None  # at min_ms (and above fraction * event = 0.0625)
+    assert hidden(0.125, 0.25) is not None
+    assert hidden(1.0, 0.5) is None  # at fraction * event (and above min_ms)
+    assert hidden(1.0, 0.625) is not None
+
+
+# --- what each check says: the learner acts on these words ----------------------------------
+
+def test_check_output_says_what_came_back():
+    ref = t(2.0)
+    assert check_output(None, ref, TOL) == "returned NoneType, not a tensor"
+    assert check_output(t(float("nan")), ref, TOL) == "output nan is not finite (NaN or infinity)"
+    assert check_output(t(2.5), ref, TOL) == ("output 2.5, reference 2: |difference| 0.5 > "
+                                              "atol = rtol = 0.0001")
+    assert check_output(t(0.0), ref, TOL) == ("output 0 (all zeros: was the result written?), "
+                                              "reference 2: |difference| 2 > atol = rtol = 0.0001")
+    many = torch.zeros(5, dtype=torch.float64)
+    assert check_output(many + 1, many, TOL).startswith("output a tensor of shape (5,), reference "
+                                                        "a tensor of shape (5,): |difference| 1 ")
+
+
+def test_check_against_float64_says_what_came_back():
+    assert check_against_float64(None, 1.0, TOL) == "returned None, not one value"
+    assert check_against_float64(1.0, 1.0, TOL) == "returned 1.0, not one value"  # a float
+    assert check_against_float64(t([1.0, 2.0]), 1.0, TOL) == ("returned a tensor of shape (2,), "
+                                                              "not one value")
+    assert check_against_float64(t(float("inf")), 1.0, TOL) == "output inf is not finite"
+    assert check_against_float64(t(3.0), 1.0, TOL) == ("output 3, float64 reference 1: "
+                                                       "|difference| 2 > 0.0002")
+
+
+def test_check_not_constant_looks_past_an_output_that_is_not_a_tensor():
+    same = t(1.0)
+    outputs, references = [same, None, same.clone()], [t(1.0), t(2.0), t(3.0)]
+    assert kb.check_not_constant(outputs, references) == (
+        "trials 1 and 3 got the same output 1 although the reference changed (1, 3): a "
+        "constant, or a result kept from an earlier call?")

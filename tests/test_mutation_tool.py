@@ -34,9 +34,10 @@ def test_a_mutant_is_counted_in_its_module_and_survivors_are_named():
         "kernels/course/chapter.py"
     table = mutation.score(found, ["kernels/measure/correctness.py", "kernels/course/chapter.py"])
     mine = table["kernels/measure/correctness.py"]
-    assert (mine["mutants"], mine["ran"], mine["killed"], mine["no_tests"]) == (4, 3, 2, 1)
-    assert mine["score"] == 66.7  # a timeout is a kill: the mutant hung the tests
+    assert (mine["mutants"], mine["ran"], mine["killed"], mine["no_tests"]) == (4, 3, 1, 1)
+    assert mine["score"] == 33.3  # a timeout is not a kill: it may be a slow machine
     assert mine["survivors"] == ["kernels.measure.correctness.x_check_case__mutmut_2"]
+    assert mine["timeouts"] == ["kernels.measure.correctness.x_check__mutmut_3"]
     assert table["kernels/course/chapter.py"]["score"] == 0.0
 
 
@@ -44,5 +45,6 @@ def test_the_reliability_page_shows_the_score_and_its_date():
     report = tool("reliability_report")
     assert report.render_mutation({}) == ""
     text = report.render_mutation({"modules": {"kernels/losses.py": {
-        "killed": 45, "ran": 50, "score": 90.0, "survivors": ["a", "b"], "date": "2026-11-28"}}})
-    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 2026-11-28 |" in text
+        "killed": 45, "ran": 50, "score": 90.0, "survivors": ["a", "b"], "timeouts": ["c"],
+        "date": "2026-11-28"}}})
+    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 1 | 2026-11-28 |" in text

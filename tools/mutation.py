@@ -43,8 +43,13 @@ MODULES = {
     "kernels/build/skeletons.py": ["tests/test_skeletons.py", "tests/test_chapter.py"],
     "kernels/course/chapter.py": ["tests/test_chapter.py"],
 }
-# What the tests read besides the package: copied into the scratch copy as they are.
-ALSO = ["conftest.py", "tests", "tools", "solutions/kernels", "book/results"]
+# Tests that fail under mutmut for a reason of its own (torch._dynamo's config module has
+# neither limit attribute there, as if half imported): Chapter.allow_recompiles goes unmutated.
+DESELECT = ["tests/test_chapter.py::test_allow_recompiles_raises_dynamos_limit"]
+# What the tests read besides the package (notebooks, tools, the book's results...): everything
+# at the top of the repository but hidden folders and build outputs, copied as it is (20 MB).
+ALSO = sorted(p.name for p in ROOT.iterdir()
+              if not p.name.startswith(".") and p.name not in ("kernels", "_build", "mutants"))
 
 
 def workspace(modules: list[str]) -> list[str]:
@@ -68,13 +73,18 @@ def workspace(modules: list[str]) -> list[str]:
         f"only_mutate =\n    {lines(modules)}\n"
         f"also_copy =\n    {lines(ALSO + ['pytest.ini'])}\n"
         f"pytest_add_cli_args_test_selection =\n    {lines(tests)}\n"
-        "pytest_add_cli_args =\n    -q\n    -x\n    -p\n    no:randomly\n")
+        "pytest_add_cli_args =\n    -q\n    -x\n    -p\n    no:randomly\n"
+        + "".join(f"    --deselect\n    {test}\n" for test in DESELECT))
     return tests
 
 
 def mutmut(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    # One thread per process: mutmut forks a process per mutant from one that has run torch,
+    # and a fork of a process whose OpenMP pool is running hangs in its first parallel op
+    # (each such mutant then "timed out" with its tests passing when run alone).
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=WORK, check=check,
-                          text=True, capture_output=args[0] != "run")
+                          text=True, capture_output=args[0] != "run", env=env)
 
 
 def outcomes() -> dict[str, str]:
@@ -92,13 +102,17 @@ def score(found: dict[str, str], modules: list[str]) -> dict:
     table = {}
     for module in modules:
         mine = {k: v for k, v in found.items() if module_of(k) == module}
-        killed = sum(v in ("killed", "timeout") for v in mine.values())
+        # A timeout is not counted as a kill (mutmut counts it as one): on 2 busy cores the tests
+        # that start KernelBench's child processes ran past mutmut's limit with mutants they
+        # pass when run alone. Run those again by hand (see tools/mutation_survivors.md).
+        killed = sum(v == "killed" for v in mine.values())
         ran = sum(v in ("killed", "timeout", "survived") for v in mine.values())
         table[module] = {
             "mutants": len(mine), "ran": ran, "killed": killed,
             "no_tests": sum(v == "no tests" for v in mine.values()),
             "score": round(100 * killed / ran, 1) if ran else None,
             "survivors": sorted(k for k, v in mine.items() if v == "survived"),
+            "timeouts": sorted(k for k, v in mine.items() if v == "timeout"),
         }
     return table
 
@@ -124,6 +138,8 @@ def main() -> int:
               f"({t['score']}%), {t['no_tests']} with no test")
         for name in t["survivors"]:
             print(f"    survived: {name}")
+        for name in t["timeouts"]:
+            print(f"    timed out (not counted as killed): {name}")
     total = round(100 * killed / ran, 1) if ran else 0.0
     print(f"mutation score: {total}% ({killed} of {ran} mutants killed)")
     if not args.no_record:

@@ -110,14 +110,17 @@ def render_mutation(data: dict) -> str:
             "`make mutation` (`tools/mutation.py`, with [mutmut](https://mutmut.readthedocs.io)) "
             "puts one small bug at a time into a module (a `>=` for a `>`, a constant changed, an "
             "argument dropped) and runs the CPU tests that reach it: a *killed* mutant is a bug the "
-            "tests catch. Survivors are listed with why in `tools/mutation_survivors.md`. A module "
-            "that is not in the table has not been run yet.\n\n"
-            "| module | killed | run | score | survived | date |\n|---|---:|---:|---:|---:|---|\n")
+            "tests catch. A mutant whose tests ran past mutmut's time limit is not counted as "
+            "killed. Survivors and time-outs are listed with why in "
+            "`tools/mutation_survivors.md`. A module that is not in the table has not been run "
+            "yet.\n\n"
+            "| module | killed | run | score | survived | timed out | date |\n"
+            "|---|---:|---:|---:|---:|---:|---|\n")
     for name in sorted(modules):
         m = modules[name]
         score = "–" if m.get("score") is None else f"{m['score']:.1f}%"
         text += (f"| `{name}` | {m['killed']} | {m['ran']} | {score} | "
-                 f"{len(m.get('survivors', []))} | {m['date']} |\n")
+                 f"{len(m.get('survivors', []))} | {len(m.get('timeouts', []))} | {m['date']} |\n")
     return text
 
 
