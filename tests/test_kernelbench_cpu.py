@@ -306,7 +306,7 @@ def test_the_cheats_cover_what_kernelbench_and_its_issues_describe():
     assert {"zero output", "a constant", "zeroes its inputs", "answers, then changes an input",
             "uninitialised output", "result cached by address", "work on a side stream",
             "no max subtracted", "every other row (and fourth column)", "a random half of the rows",
-            "replays when timed"} == names
+            "replays when timed", "honest until timed"} == names
     assert {"PyTorch's own loss", "reads bfloat16"} <= set(kb.cheats(94))
     assert "only Huber's quadratic part" in kb.cheats(96) and "no clamp" in kb.cheats(100)
     assert not any(c.check == "beyond KernelBench's inputs" for c in kb.cheats(94).values())

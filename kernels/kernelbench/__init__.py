@@ -87,7 +87,7 @@ The anti-cheat checks (each a function of ``checks``, each with a test in tests/
   recomputed rather than replayed.
 """
 
-from .cheats import ISOLATED_ONLY, Cheat, cheats
+from .cheats import ISOLATED_ONLY, TRUSTED_ONLY, Cheat, cheats, restoring_torch
 from .checks import (EXCESSIVE_SPEEDUP, HIDDEN_FRACTION, HIDDEN_MS, check_against_float64,
                      check_inputs_unchanged, check_not_constant, check_output, check_recomputes,
                      check_timed_stream, excessive_speedup_note)
