@@ -816,3 +816,36 @@ def test_outputs_come_back_as_json_with_their_dtype_shape_and_device():
         assert torch.equal(back.nan_to_num(), out.nan_to_num())
     assert type(_decode(_encode(2.5))) is float
     assert type(_decode(_encode("a"))).__name__ == "str"
+
+
+@pytest.mark.parametrize("lines", [
+    ["T = torch.Tensor", "T.mean = slow"],
+    ["vars(torch)['mean'] = slow"],
+    ["torch.__dict__['mean'] = slow"],
+    ["d = vars(F)", "d['mse_loss'] = slow"],
+    ["vars(torch).update(mean=slow)"],
+    ["s = setattr", "s(torch, 'mean', slow)"],
+    ["m = torch", "setattr(m, 'mean', slow)"],
+    ["object.__setattr__(torch.Tensor, 'mean', slow)"],
+    ["t = sys.modules['torch']", "t.mean = slow"],
+    ["f = getattr(torch, 'nn').functional", "f.mse_loss = slow"],
+    ["@functools.wraps(torch.mean)", "def slow(x):", "    return x"],
+], ids=lambda lines: lines[-1][:30])
+def test_static_checks_name_every_route_to_replacing_a_pytorch_function(lines):
+    source = "import functools, sys, torch\nimport torch.nn.functional as F\n" + "\n".join(lines) + "\n"
+    findings = [f for f in kb.check_source(source) if "replaces or wraps PyTorch's" in f.why]
+    assert findings and all(f.severity == "failure" for f in findings), kb.check_source(source)
+    assert findings[0].line == 2 + (len(lines) if lines[0][0] != "@" else 1)
+
+
+def test_static_patch_rule_leaves_honest_uses_of_torch_alone():
+    source = '''import torch
+T = torch.Tensor
+d = dict(vars(torch))
+@torch.library.custom_op("mine::mse", mutates_args=())
+def mse(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty((), device=p.device)
+    setattr(out, "note", 1)
+    return out
+'''
+    assert not [f for f in kb.check_source(source) if "replaces or wraps" in f.why]

@@ -28,6 +28,8 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
+from . import patching
+
 REDUCTIONS = {
     "mean", "sum", "nansum", "nanmean", "logsumexp", "log_softmax", "softmax", "norm", "dot",
     "vdot", "einsum", "std", "var", "prod", "cumsum", "cross_entropy", "nll_loss", "mse_loss",
@@ -200,6 +202,13 @@ def _torch_names(tree) -> set[str]:
     return names
 
 
+def _patch_rules(tree, lines, offset, found, torch_names):
+    """Functions of PyTorch replaced or wrapped, by any route the source shows (:mod:`.patching`)."""
+    for node, why in patching.patch_findings(tree, torch_names):
+        code = lines[node.lineno - 1].strip() if node.lineno <= len(lines) else ""
+        found.append(Finding("failure", node.lineno + offset, code[:80], why))
+
+
 def check_source(source: str, offset: int = 0, torch_names: set | None = None) -> list[Finding]:
     """The findings in a Python source (a whole ModelNew file, or one class's source); line
     numbers are the source's own plus ``offset``."""
@@ -209,6 +218,7 @@ def check_source(source: str, offset: int = 0, torch_names: set | None = None) -
     found: list[Finding] = []
     names = (torch_names or set()) | _torch_names(tree)
     _module_rules(tree, lines, offset, found)
+    _patch_rules(tree, lines, offset, found, names)
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "forward":
             params = [a.arg for a in node.args.args[1:]] + [a.arg for a in node.args.kwonlyargs]
