@@ -3,12 +3,14 @@ then every cheat, with its verdict and reason (PASS/MISS: the cheat fails for th
 
 Each honest ModelNew (the course's four entries and exercise 9.1's answer) is evaluated RUNS times at
 KernelBench's size, inputs drawn on the GPU, every check but the timing (each run draws new secret
-coverage and offset inputs), then TIMED times with the timing too (every timed call on fresh inputs,
-checked). A single failure is a MISS: the validator's checks must never fail an honest program.
+coverage and offset inputs), then TIMED times with the timing too, isolated (the program in a child
+process, every reference here; every timed call on new inputs with secret positions, checked in
+float64). A single failure is a MISS: the validator's checks must never fail an honest program.
 
 Every cheat of ``kernelbench.cheats`` runs at a sixteenth of KernelBench's size (timed only where its
 check is in the timing), except the subsamples, which run at KernelBench's size, where their mean
-passes KernelBench's own rules; the programs that only an isolated run survives run isolated.
+passes KernelBench's own rules; the programs that only an isolated run survives run isolated, and
+so do the programs that patch PyTorch (kernelbench.TRUSTED_ONLY), timed.
 
     python bench/validator_reliability.py [--runs 20] [--timed 2] [--skip-honest] [--skip-cheats]
 """
@@ -29,10 +31,11 @@ SOLUTION = "solutions/kernels/ch9_model_new.py"
 
 
 def honest_programs():
-    programs = [(pid, entry, "course") for pid, entry in kb.COURSE_ENTRIES.items()]
+    """(problem, ModelNew class, its spec for an isolated run, entry)."""
+    programs = [(pid, entry, entry, "course") for pid, entry in kb.COURSE_ENTRIES.items()]
     namespace = {}
     exec(compile(Path(kb.isolated.ROOT, SOLUTION).read_text(), SOLUTION, "exec"), namespace)
-    return programs + [(100, namespace["ModelNew"], "exercise 9.1's answer")]
+    return programs + [(100, namespace["ModelNew"], SOLUTION, "exercise 9.1's answer")]
 
 
 MID = {94: {"batch_size": 8192, "dim": 8192}, 95: {"batch_size": 16384, "num_classes": 4096},
@@ -53,6 +56,11 @@ def cheat_table() -> int:
         spec = f"{model.__module__}:{model.__name__}"
         result = kb.evaluate_isolated(kb.PROBLEMS[94].resized(**MID[94]), spec, entry=name,
                                       exact_inputs=False, measure=False, time_limit=60)
+        rows.append(_cheat_row(94, name, check, result))
+    for name, (model, check) in kb.TRUSTED_ONLY.items():
+        spec = f"{model.__module__}:{model.__name__}"
+        result = kb.evaluate_isolated(kb.PROBLEMS[94].resized(**MID[94]), spec, entry=name,
+                                      exact_inputs=False, perf_trials=10)
         rows.append(_cheat_row(94, name, check, result))
     for row in rows:
         missed += row["meant"] != "yes"
@@ -83,12 +91,13 @@ def main() -> int:
     if args.skip_honest:
         return 1 if missed else 0
     rows = []
-    for pid, program, entry in honest_programs():
+    for pid, program, spec, entry in honest_programs():
         began, failures = time.perf_counter(), []
         for run in range(args.runs + args.timed):
-            timed = run >= args.runs
-            result = kb.evaluate(pid, program, entry=entry, exact_inputs=False, measure=timed,
-                                 perf_trials=20 if timed else None)
+            if run >= args.runs:  # timed: the chapter's path, the program in a child process
+                result = kb.evaluate_isolated(pid, spec, entry=entry, exact_inputs=False, perf_trials=20)
+            else:
+                result = kb.evaluate(pid, program, entry=entry, exact_inputs=False, measure=False)
             if not result.passed:
                 failures.append(f"run {run + 1} (secret seed {result.secret_seed}): {result.reason}")
         seconds = time.perf_counter() - began

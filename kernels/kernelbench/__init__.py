@@ -14,9 +14,11 @@ and evaluates a ``ModelNew`` for them the way KernelBench does, plus checks agai
 
 Its modules, in the order they import each other: ``problems`` (the references and every input
 the validator draws), ``timing`` (KernelBench's event timing, fresh inputs per call), ``checks``
-(one function per check), ``static`` (the source's patterns), ``report`` (Result, tables),
-``evaluate`` (the validator), ``isolated`` (the same in a subprocess), ``cheats`` (what the
-checks are for) and ``entries`` (the course's ModelNews).
+(one function per check), ``patching`` and ``static`` (the source's patterns), ``report``
+(Result, tables), ``evaluate`` (the validator), ``trusted`` (the program's own process, which
+receives inputs and returns outputs), ``isolated`` (the validator with the program there and
+every reference here), ``cheats`` (what the checks are for) and ``entries`` (the course's
+ModelNews).
 
 Layer ``kernelbench`` of ``kernels.LAYERS``, the top one: it may import ``kernels.losses``,
 ``kernels.build`` and ``kernels.measure``, and, for the entries only, ``kernels.ops``; nothing
@@ -82,6 +84,11 @@ The anti-cheat checks (each a function of ``checks``, each with a test in tests/
   latencies), the same for ``ModelNew`` and the eager reference. A ``ModelNew`` whose wall time
   exceeds its event time by more than the reference's, by over 50 µs and over half its event
   time, did work the events did not see.
+- Every timed call of ``ModelNew`` gets inputs of its own with secret positions that carry the
+  loss (as the coverage trials), and its output is checked against their float64 loss.
+- :func:`evaluate_isolated`: the program in a child process that holds none of the references
+  (:mod:`.isolated` says how); a program that replaces functions of PyTorch there fails the
+  check "PyTorch unchanged".
 - In every timed trial the inputs' version counters are bumped first (outside the timed region,
   as an in-place write would), so that a result cached on the tensors' identity and version is
   recomputed rather than replayed.

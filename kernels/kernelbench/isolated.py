@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 from pathlib import Path
 
 import torch
@@ -124,12 +123,3 @@ def evaluate_isolated(problem, program, entry: str = "ModelNew", time_limit: flo
         return failed
     return result
 
-
-def crash_reason(code: int, err: str) -> str:
-    if code < 0:
-        how = f"killed by {signal.Signals(-code).name}"
-    else:
-        how = f"exit status {code}"
-    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
-    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
-    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"

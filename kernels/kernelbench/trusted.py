@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -42,6 +43,16 @@ class ProgramGone(RuntimeError):
 def _raised(kind: str, message: str) -> Exception:
     """An exception of the program's type name (RuntimeError, ...), rebuilt from its words only."""
     return type(kind if kind.isidentifier() else "ProgramError", (RuntimeError,), {})(message)
+
+
+def crash_reason(code: int, err: str) -> str:
+    if code < 0:
+        how = f"killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exit status {code}"
+    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
+    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
+    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"
 
 
 # --- the child: the program's process -----------------------------------------------------------
@@ -210,8 +221,6 @@ class Program:
         return answer
 
     def _end(self, timed_out: bool = False):
-        from .isolated import crash_reason
-
         if timed_out:
             self.gone = ProgramGone("time limit", f"no verdict within {self.limit:g} s: a hang, or "
                                                   f"far slower than the reference")
