@@ -171,9 +171,6 @@ show_source("kernelbench/timing.py", "def time_trials",
 # | the mean of a subsample: every other row | **pass** at KernelBench's size | coverage trials, below |
 # | read the inputs as bfloat16 | **pass** | a trial with a random offset and scale, against float64 |
 # | compute while checked, then replay the last answer in the timed calls | **pass** | new inputs before every timed call, each output checked |
-# | compute while checked, then read every other row in the timed calls (exercise 9.2) | **pass** | secret positions that carry the loss in every timed call's inputs, each output against float64 |
-# | replace a PyTorch function the reference calls by a slower one | **pass**, a speed-up that is the reference's slow-down | the program in a process of its own, every reference outside it (below) |
-# | replace it by one that computes something else, and compute the same | **pass** | the same: the coverage trials' float64 reference is computed where the program cannot reach |
 # | call PyTorch's own loss | **pass** | the static checks |
 #
 # The last check is the subtle one. CUDA events are recorded on the *current* stream, and they
@@ -335,54 +332,17 @@ for finding in kernelbench.check_source(suspicious):
 #
 # **Isolation.** A `ModelNew` that crashes its process, hangs, or triggers a device-side assert
 # (after which every CUDA call of the process fails) must give a FAIL with a reason, not a dead
-# notebook. `kernelbench.evaluate_isolated` runs the program in a child process with a time
-# limit, and nothing else there: the child loads the program, receives inputs (the same GPU
-# memory, shared with it), and sends back only its outputs and its own timings, as JSON; the
-# parent, which never imports the program, draws every input, computes every reference and
-# every check, times eager and compiled PyTorch, and writes the verdict. Two programs that would
-# take this notebook down with them, at the small size on the CPU:
+# notebook. `kernelbench.evaluate_isolated` runs the same evaluation in a child process with a
+# time limit; the child reads its job, with a nonce, before it loads the program, and the parent
+# reads only the line that starts with the nonce, so nothing the program prints passes for a
+# verdict. Two programs that would take this notebook down with them, at the small size on the
+# CPU:
 
 # %% tags=["nbval-ignore-output"]
 for spec, limit in (("kernels.kernelbench.cheats:Crash", 300),
                     ("kernels.kernelbench.cheats:Hang", 20)):
     print(kernelbench.evaluate_isolated(SMALL[94], spec, entry=spec.split(":")[1],
                                         device="cpu", measure=False, time_limit=limit).verdict)
-
-# %% [markdown]
-# **Why the references must live elsewhere.** A program that shares a process with its
-# references shares their library: at import it can replace `torch.mean`, which problem 94's
-# reference calls, by a slower function that gives the same value (its speed-up over eager is
-# then the reference's slow-down), or by one that computes something else, the mean of every
-# other element, and compute the same itself (every reference then agrees with it, the float64
-# ones of the coverage trials included, since they call the same `Model`). Neither needs a line
-# the static checks look for. No check in that process can be trusted, because the process is
-# the program's: the only sound design is one where what the program is compared with, and timed
-# against, is computed where the program cannot reach. So the third cheat of this kind, honest
-# while checked and reading every other row once timed, meets secret positions in the inputs of
-# every timed call, which the parent writes and whose float64 loss it computes before the call.
-# The three, in one process as KernelBench runs them (untimed here, on the CPU, with PyTorch put
-# back afterwards), then isolated and timed on the host's clock:
-
-# %% tags=["nbval-ignore-output"]
-until = kernelbench.cheats(94)["honest until timed"]
-reaching = [(name, f"{model.__module__}:{model.__name__}", model)
-            for name, (model, _) in kernelbench.TRUSTED_ONLY.items()]
-for name, spec, model in reaching + [("honest until timed", until, until.model)]:
-    with kernelbench.restoring_torch():
-        shared = kernelbench.evaluate(SMALL[94], model, entry=name, device="cpu")
-    isolated = kernelbench.evaluate_isolated(SMALL[94], spec, entry=name, device="cpu",
-                                             measure=True, perf_trials=5)
-    print(f"one process: {'PASS' if shared.passed else 'FAIL'}")
-    print(f"isolated:    {isolated.verdict}")
-
-# %% [markdown]
-# In one process all three pass. Isolated, the first fails the check that compares PyTorch's
-# functions in the program's process before and after it ran (its outputs are right, and its
-# speed-up over an eager reference timed in the parent is its own), the second fails KernelBench's
-# own trials at this size and the coverage trials at any size, and the third fails its first
-# timed call. The static checks name the line where a source replaces a function of `torch`,
-# `torch.nn.functional` or `torch.Tensor` by any route they can see (an alias, `vars(torch)`,
-# `__dict__`, `setattr`, a decorator), but they are the second line: the design is the first.
 
 # %% [markdown]
 # ## The course's entries
@@ -534,9 +494,8 @@ for baseline in ("eager", "torch.compile"):
 #   checks of `kernels/kernelbench/` do: wall clock against events, copies of the inputs, a
 #   trial outside the distribution, new values in the same tensors, outputs that must move when
 #   the reference does, coverage trials whose loss sits at secret positions, a random offset and
-#   scale against float64, secret positions in every timed call's inputs, and the source read
-#   for library calls; the program runs in a process of its own, which holds none of the
-#   references it is checked and timed against.
+#   scale against float64, new inputs before every timed call, and the source read for library
+#   calls; the program runs in a process of its own.
 # - The course's kernels pass all four problems and every check; the tables above give their
 #   times against eager and compiled PyTorch, under KernelBench's rule and on the GPU alone.
 #

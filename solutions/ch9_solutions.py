@@ -100,10 +100,9 @@ print(f"({size})\n{mine.verdict}")
 # Count the calls. The validator calls a `ModelNew` the same number of times before it times it:
 # five trials, two for `check_recomputes`, one off the distribution, two coverage trials, one with
 # an offset and scale: eleven. A `ModelNew` that computes honestly for eleven calls and reads
-# every other row from then on (warm-up and timed calls) passed all of them while the timed
-# calls got KernelBench's i.i.d. inputs, on which the mean of half the rows is within the
-# tolerance. It no longer does: the check proposed below is now built, and the cell prints its
-# FAIL.
+# every other row from then on (warm-up and timed calls) passes all of them. The timed calls get
+# new inputs each, and each output is compared with the reference's, but those inputs come from
+# KernelBench's i.i.d. distribution, on which the mean of half the rows is within the tolerance.
 # Here the half is taken by `torch.compile`'s fused kernel, so that the speed-up looks earned:
 
 # %%
@@ -128,15 +127,14 @@ print(counted.verdict)
 print(counted.notes)
 
 # %% [markdown]
-# The check that catches it puts the secret inputs where the program cannot predict them: every
-# timed call gets a coverage input of its own (secret positions that carry the loss, hidden among
-# KernelBench's draws), written outside the timed window, and each output is compared with the
-# float64 loss of those very inputs, computed in the validator's process before the call. A
-# program that subsamples in any timed call fails with probability near 1 at its first one
-# ("fresh inputs" in the verdict; `kernelbench.cheats(94)["honest until timed"]` is this
-# program). Its cost is outside the measurement: drawing those inputs and their float64 loss
-# (a pass over the inputs, a few milliseconds at this size) before each of the 101 timed calls;
-# a kernel that reads every element runs as fast on them as on KernelBench's.
+# The check that catches it puts the secret inputs where the program cannot predict them: some of
+# the timed calls, chosen at random, get coverage inputs instead of KernelBench's (written outside
+# the timed window, like every timed call's inputs now), and their outputs are compared with the
+# float64 reference. A program that subsamples in any timed call then fails with probability
+# near 1 for each such call. Its cost is outside the measurement: drawing those inputs and the
+# float64 reference of each (a pass over the inputs, a few milliseconds at this size), and the
+# timed calls on coverage inputs must be left out of the mean, or kept, if the program's speed
+# does not depend on the values (a kernel that reads every element does not).
 #
 # ```{solution-end}
 # ```

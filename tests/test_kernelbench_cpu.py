@@ -306,7 +306,7 @@ def test_the_cheats_cover_what_kernelbench_and_its_issues_describe():
     assert {"zero output", "a constant", "zeroes its inputs", "answers, then changes an input",
             "uninitialised output", "result cached by address", "work on a side stream",
             "no max subtracted", "every other row (and fourth column)", "a random half of the rows",
-            "replays when timed", "honest until timed"} == names
+            "replays when timed"} == names
     assert {"PyTorch's own loss", "reads bfloat16"} <= set(kb.cheats(94))
     assert "only Huber's quadratic part" in kb.cheats(96) and "no clamp" in kb.cheats(100)
     assert not any(c.check == "beyond KernelBench's inputs" for c in kb.cheats(94).values())
@@ -752,7 +752,7 @@ def test_a_program_that_patches_pytorch_fools_one_process_and_fails_isolated(nam
 
     assert torch.mean is _MEAN  # put back
     assert shared.passed, shared.verdict
-    result = kb.evaluate_isolated(small(94), f"{model.__module__}:{model.__name__}", entry=name,
+    result = kb.evaluate_trusted(small(94), f"{model.__module__}:{model.__name__}", entry=name,
                                   **TIMED_ON_CPU)
     assert not result.passed and check in failed_checks(result), result.verdict
     assert "PyTorch unchanged" in failed_checks(result)
@@ -767,8 +767,8 @@ def test_honest_until_timed_fails_the_timed_calls_secret_positions():
     secret spikes show the skipped rows (at KernelBench's size, where the subsample's mean of
     i.i.d. draws is within the tolerance, only they do: tests/gpu/test_kernelbench.py)."""
     problem = kb.PROBLEMS[100].resized(batch_size=1024, dim=1024)
-    cheat = kb.cheats(100)["honest until timed"]
-    result = kb.evaluate_isolated(problem, cheat, entry="honest until timed", **TIMED_ON_CPU)
+    cheat = kb.trusted_cheats(100)["honest until timed"]
+    result = kb.evaluate_trusted(problem, cheat, entry="honest until timed", **TIMED_ON_CPU)
     assert result.kernelbench_passed and failed_checks(result) == ["fresh inputs"], result.verdict
     why = dict(result.failures)["fresh inputs"]
     assert why.startswith("timed call 1: output") and "float64 reference" in why
@@ -780,7 +780,7 @@ def test_an_honest_program_passes_isolated_with_every_timed_call_checked(tmp_pat
     path.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n"
                     "    def forward(self, p, t):\n        return kernel(p, t)\n\n"
                     "def kernel(p, t):\n    d = (p - t).reshape(-1)\n    return d.dot(d) / d.numel()\n")
-    result = kb.evaluate_isolated(small(94), str(path), **TIMED_ON_CPU)
+    result = kb.evaluate_trusted(small(94), str(path), **TIMED_ON_CPU)
     assert result.passed, result.verdict
     assert len(result.timings["ModelNew"].event_ms) == 5 and result.timings["ModelNew"].failure is None
     assert "torch.compile" not in result.timings  # the CPU times eager only
@@ -789,8 +789,8 @@ def test_an_honest_program_passes_isolated_with_every_timed_call_checked(tmp_pat
 @pytest.mark.parametrize("name", ["zero output", "answers, then changes an input",
                                   "result cached by address", "a constant"])
 def test_cheats_fail_isolated_as_in_one_process(name):
-    cheat = kb.cheats(94)[name]
-    result = kb.evaluate_isolated(small(94), cheat, entry=name, device="cpu", measure=False)
+    cheat = kb.trusted_cheats(94)[name]
+    result = kb.evaluate_trusted(small(94), cheat, entry=name, device="cpu", measure=False)
     assert not result.passed and cheat.check in failed_checks(result), result.verdict
 
 
@@ -800,7 +800,7 @@ def test_isolated_errors_keep_the_programs_words_and_the_parent_never_imports_it
     path = tmp_path / "wt56_never_imported.py"
     path.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n"
                     "        super().__init__()\n        raise OSError('nvcc not found')\n")
-    result = kb.evaluate_isolated(small(94), str(path), device="cpu", measure=False)
+    result = kb.evaluate_trusted(small(94), str(path), device="cpu", measure=False)
     assert failed_checks(result) == ["builds"], result.verdict
     assert "ModelNew() raised OSError: nvcc not found" in result.verdict
     assert not any("wt56_never_imported" in name for name in sys.modules)
@@ -833,8 +833,8 @@ def test_outputs_come_back_as_json_with_their_dtype_shape_and_device():
 ], ids=lambda lines: lines[-1][:30])
 def test_static_checks_name_every_route_to_replacing_a_pytorch_function(lines):
     source = "import functools, sys, torch\nimport torch.nn.functional as F\n" + "\n".join(lines) + "\n"
-    findings = [f for f in kb.check_source(source) if "replaces or wraps PyTorch's" in f.why]
-    assert findings and all(f.severity == "failure" for f in findings), kb.check_source(source)
+    findings = [f for f in kb.check_source(source, patching=True) if "replaces or wraps PyTorch's" in f.why]
+    assert findings and all(f.severity == "failure" for f in findings), kb.check_source(source, patching=True)
     assert findings[0].line == 2 + (len(lines) if lines[0][0] != "@" else 1)
 
 
@@ -848,4 +848,17 @@ def mse(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     setattr(out, "note", 1)
     return out
 '''
+    assert not [f for f in kb.check_source(source, patching=True) if "replaces or wraps" in f.why]
+
+
+def test_the_trusted_path_is_opt_in_and_chapter_9s_defaults_are_mains():
+    """Chapter 9's stored outputs come from evaluate/evaluate_isolated with their defaults: the
+    patch rules, the extra cheat and timing on the CPU belong to evaluate_trusted only."""
+    source = "import torch\nvars(torch)['mean'] = len\n"
     assert not [f for f in kb.check_source(source) if "replaces or wraps" in f.why]
+    assert [f for f in kb.check_source(source, patching=True) if "replaces or wraps" in f.why]
+    assert "honest until timed" not in kb.cheats(94) and "honest until timed" in kb.trusted_cheats(94)
+    assert set(kb.cheats(94)) < set(kb.trusted_cheats(94))
+    assert kb.trusted_cheats(94)["zero output"].spec == "cheat:94:zero output"
+    with pytest.raises(kb.KernelBenchError, match="timing needs a CUDA device"):
+        kb.evaluate(small(94), kb.CourseMSE, device="cpu", measure=True)

@@ -11,7 +11,6 @@ them on their own.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -31,8 +30,7 @@ class Cheat:
     model: type
     check: str  # the check that catches it (Result.failures names it)
     kernelbench_accepts: bool | None  # whether KernelBench's own rules pass it (None: it depends)
-    gpu_only: bool = False  # in one process; an isolated evaluation times on the CPU too
-    spec: str = ""  # how evaluate_isolated's child finds it: cheat:<problem>:<name>
+    gpu_only: bool = False
 
 
 def cheats(problem) -> dict[str, Cheat]:
@@ -178,28 +176,13 @@ def cheats(problem) -> dict[str, Cheat]:
                 self.last = self.reference(predictions, targets)
             return self.last
 
-    class HonestUntilTimed(torch.nn.Module):
-        """Exercise 9.2's answer: honest for the calls the checks make, then every other row,
-        fresh each call: KernelBench's i.i.d. timed inputs hide a subsample, secret spikes don't."""
-
-        def __init__(self):
-            super().__init__()
-            self.calls = 0
-
-        def forward(self, predictions, targets):
-            self.calls += 1
-            if self.calls <= CHECKING_CALLS:
-                return reference()(predictions, targets)
-            return subsample_loss(reference(), predictions, targets, random=False)
-
     found["every other row (and fourth column)"] = Cheat(RegularSubsample, "coverage", None)
     found["a random half of the rows"] = Cheat(RandomSubsample, "coverage", None)
     found["replays when timed"] = Cheat(ReplaysWhenTimed, "fresh inputs", True, gpu_only=True)
-    found["honest until timed"] = Cheat(HonestUntilTimed, "fresh inputs", None, gpu_only=True)
     if problem.id == 94:
         found["PyTorch's own loss"] = Cheat(TheLibrarysLoss, "static", True)
         found["reads bfloat16"] = Cheat(RoundsToBfloat16, "offset and scale", True)
-    return {name: dataclasses.replace(c, spec=f"cheat:{problem.id}:{name}") for name, c in found.items()}
+    return found
 
 
 def subsample_loss(model, predictions, targets, random: bool):
@@ -255,6 +238,40 @@ ISOLATED_ONLY = {"crashes": (Crash, "crashed"), "hangs": (Hang, "time limit"),
                  "device-side assert": (DeviceAssert, "runs")}
 
 
+# --- for the trusted validator only (evaluate_trusted): never in cheats(), which chapter 9 and ---
+# --- its tests iterate over with the older validator ---------------------------------------------
+
+@dataclass(frozen=True)
+class TrustedCheat(Cheat):
+    """A cheat for :func:`~.isolated.evaluate_trusted`, with how its child finds it."""
+
+    spec: str = ""  # cheat:<problem>:<name>, which trusted_cheats(problem)[name] resolves
+
+
+def trusted_cheats(problem) -> dict[str, TrustedCheat]:
+    """:func:`cheats` and the ones only the trusted validator is meant to catch, each with the
+    spec its child loads it by (the programs that patch PyTorch are :data:`TRUSTED_ONLY`)."""
+    problem = get_problem(problem)
+    reference = problem.model
+
+    class HonestUntilTimed(torch.nn.Module):
+        """Exercise 9.2's answer: honest for the calls the checks make, then every other row,
+        fresh each call: KernelBench's i.i.d. timed inputs hide a subsample, secret spikes don't."""
+
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, predictions, targets):
+            self.calls += 1
+            if self.calls <= CHECKING_CALLS:
+                return reference()(predictions, targets)
+            return subsample_loss(reference(), predictions, targets, random=False)
+
+    found = dict(cheats(problem))
+    found["honest until timed"] = Cheat(HonestUntilTimed, "fresh inputs", None, gpu_only=True)
+    return {name: TrustedCheat(c.model, c.check, c.kernelbench_accepts, c.gpu_only,
+                               f"cheat:{problem.id}:{name}") for name, c in found.items()}
 # --- programs that reach into PyTorch: only a validator whose references run elsewhere survives -
 
 _MEAN = torch.mean  # the library's own, as this module found it
