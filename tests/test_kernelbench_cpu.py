@@ -733,3 +733,132 @@ def test_evaluate_makes_a_problem_fit_the_gpus_memory(monkeypatch):
     monkeypatch.setattr(bench, "free_memory", lambda: need)
     assert fitted_to(problem, gpu) == (problem, None)
     assert fitted_to(problem, torch.device("cpu")) == (problem, None)
+
+
+# --- trusted references: the program in a child, every reference and check in this process ------
+
+TIMED_ON_CPU = {"device": "cpu", "measure": True, "perf_trials": 5}
+
+
+@pytest.mark.parametrize("name", sorted(kb.TRUSTED_ONLY))
+def test_a_program_that_patches_pytorch_fools_one_process_and_fails_isolated(name):
+    """In one process (KernelBench's design) the patched torch.mean moves the reference with the
+    program, and it passes; isolated, the references are this process's and it fails the check
+    meant for it."""
+    model, check = kb.TRUSTED_ONLY[name]
+    with kb.restoring_torch():
+        shared = run(94, model, entry=name)
+    from kernels.kernelbench.cheats import _MEAN
+
+    assert torch.mean is _MEAN  # put back
+    assert shared.passed, shared.verdict
+    result = kb.evaluate_trusted(small(94), f"{model.__module__}:{model.__name__}", entry=name,
+                                  **TIMED_ON_CPU)
+    assert not result.passed and check in failed_checks(result), result.verdict
+    assert "PyTorch unchanged" in failed_checks(result)
+    assert "the program replaced torch.mean in its process" in dict(result.failures)["PyTorch unchanged"]
+    assert (result.kernelbench_passed, set(result.timings) == {"ModelNew", "eager"}) == \
+        ((True, True) if name == "slows the reference" else (False, False)), result.verdict
+
+
+def test_honest_until_timed_fails_the_timed_calls_secret_positions():
+    """Exercise 9.2's answer: honest for the checks' calls, every other row (and fourth column)
+    when timed; KernelBench's own rules pass it (its trials come first). The first timed call's
+    secret spikes show the skipped rows (at KernelBench's size, where the subsample's mean of
+    i.i.d. draws is within the tolerance, only they do: tests/gpu/test_kernelbench.py)."""
+    problem = kb.PROBLEMS[100].resized(batch_size=1024, dim=1024)
+    cheat = kb.trusted_cheats(100)["honest until timed"]
+    result = kb.evaluate_trusted(problem, cheat, entry="honest until timed", **TIMED_ON_CPU)
+    assert result.kernelbench_passed and failed_checks(result) == ["fresh inputs"], result.verdict
+    why = dict(result.failures)["fresh inputs"]
+    assert why.startswith("timed call 1: output") and "float64 reference" in why
+    assert "256 secret positions in each timed call's inputs" in why
+
+
+def test_an_honest_program_passes_isolated_with_every_timed_call_checked(tmp_path):
+    path = tmp_path / "model_new.py"
+    path.write_text("import torch\n\nclass ModelNew(torch.nn.Module):\n"
+                    "    def forward(self, p, t):\n        return kernel(p, t)\n\n"
+                    "def kernel(p, t):\n    d = (p - t).reshape(-1)\n    return d.dot(d) / d.numel()\n")
+    result = kb.evaluate_trusted(small(94), str(path), **TIMED_ON_CPU)
+    assert result.passed, result.verdict
+    assert len(result.timings["ModelNew"].event_ms) == 5 and result.timings["ModelNew"].failure is None
+    assert "torch.compile" not in result.timings  # the CPU times eager only
+
+
+@pytest.mark.parametrize("name", ["zero output", "answers, then changes an input",
+                                  "result cached by address", "a constant"])
+def test_cheats_fail_isolated_as_in_one_process(name):
+    cheat = kb.trusted_cheats(94)[name]
+    result = kb.evaluate_trusted(small(94), cheat, entry=name, device="cpu", measure=False)
+    assert not result.passed and cheat.check in failed_checks(result), result.verdict
+
+
+def test_isolated_errors_keep_the_programs_words_and_the_parent_never_imports_it(tmp_path):
+    import sys
+
+    path = tmp_path / "wt56_never_imported.py"
+    path.write_text("import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n"
+                    "        super().__init__()\n        raise OSError('nvcc not found')\n")
+    result = kb.evaluate_trusted(small(94), str(path), device="cpu", measure=False)
+    assert failed_checks(result) == ["builds"], result.verdict
+    assert "ModelNew() raised OSError: nvcc not found" in result.verdict
+    assert not any("wt56_never_imported" in name for name in sys.modules)
+
+
+def test_outputs_come_back_as_json_with_their_dtype_shape_and_device():
+    from kernels.kernelbench.trusted import _decode, _encode
+
+    for out in (torch.tensor(1.5), torch.tensor([1.0, 2.0], dtype=torch.bfloat16),
+                torch.arange(3), torch.tensor(math.nan)):
+        back = _decode(_encode(out))
+        assert back.dtype == out.dtype and back.shape == out.shape and back.device == out.device
+        assert torch.equal(back.nan_to_num(), out.nan_to_num())
+    assert type(_decode(_encode(2.5))) is float
+    assert type(_decode(_encode("a"))).__name__ == "str"
+
+
+@pytest.mark.parametrize("lines", [
+    ["T = torch.Tensor", "T.mean = slow"],
+    ["vars(torch)['mean'] = slow"],
+    ["torch.__dict__['mean'] = slow"],
+    ["d = vars(F)", "d['mse_loss'] = slow"],
+    ["vars(torch).update(mean=slow)"],
+    ["s = setattr", "s(torch, 'mean', slow)"],
+    ["m = torch", "setattr(m, 'mean', slow)"],
+    ["object.__setattr__(torch.Tensor, 'mean', slow)"],
+    ["t = sys.modules['torch']", "t.mean = slow"],
+    ["f = getattr(torch, 'nn').functional", "f.mse_loss = slow"],
+    ["@functools.wraps(torch.mean)", "def slow(x):", "    return x"],
+], ids=lambda lines: lines[-1][:30])
+def test_static_checks_name_every_route_to_replacing_a_pytorch_function(lines):
+    source = "import functools, sys, torch\nimport torch.nn.functional as F\n" + "\n".join(lines) + "\n"
+    findings = [f for f in kb.check_source(source, patching=True) if "replaces or wraps PyTorch's" in f.why]
+    assert findings and all(f.severity == "failure" for f in findings), kb.check_source(source, patching=True)
+    assert findings[0].line == 2 + (len(lines) if lines[0][0] != "@" else 1)
+
+
+def test_static_patch_rule_leaves_honest_uses_of_torch_alone():
+    source = '''import torch
+T = torch.Tensor
+d = dict(vars(torch))
+@torch.library.custom_op("mine::mse", mutates_args=())
+def mse(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    out = torch.empty((), device=p.device)
+    setattr(out, "note", 1)
+    return out
+'''
+    assert not [f for f in kb.check_source(source, patching=True) if "replaces or wraps" in f.why]
+
+
+def test_the_trusted_path_is_opt_in_and_chapter_9s_defaults_are_mains():
+    """Chapter 9's stored outputs come from evaluate/evaluate_isolated with their defaults: the
+    patch rules, the extra cheat and timing on the CPU belong to evaluate_trusted only."""
+    source = "import torch\nvars(torch)['mean'] = len\n"
+    assert not [f for f in kb.check_source(source) if "replaces or wraps" in f.why]
+    assert [f for f in kb.check_source(source, patching=True) if "replaces or wraps" in f.why]
+    assert "honest until timed" not in kb.cheats(94) and "honest until timed" in kb.trusted_cheats(94)
+    assert set(kb.cheats(94)) < set(kb.trusted_cheats(94))
+    assert kb.trusted_cheats(94)["zero output"].spec == "cheat:94:zero output"
+    with pytest.raises(kb.KernelBenchError, match="timing needs a CUDA device"):
+        kb.evaluate(small(94), kb.CourseMSE, device="cpu", measure=True)

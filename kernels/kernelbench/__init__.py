@@ -9,14 +9,17 @@ and evaluates a ``ModelNew`` for them the way KernelBench does, plus checks agai
 
     result = evaluate(PROBLEMS[94], ModelNew)     # correctness, anti-cheat checks, timing
     result = evaluate_isolated(94, "model_new.py")  # the same, the program in a child process
+    result = evaluate_trusted(94, "model_new.py")   # opt-in: every reference out of its reach
     print(result.verdict)                         # PASS or FAIL, and why, on one line
     print(table([result, ...]))                   # a Markdown table; rows() -> CSV
 
 Its modules, in the order they import each other: ``problems`` (the references and every input
 the validator draws), ``timing`` (KernelBench's event timing, fresh inputs per call), ``checks``
-(one function per check), ``static`` (the source's patterns), ``report`` (Result, tables),
-``evaluate`` (the validator), ``isolated`` (the same in a subprocess), ``cheats`` (what the
-checks are for) and ``entries`` (the course's ModelNews).
+(one function per check), ``patching`` and ``static`` (the source's patterns), ``report``
+(Result, tables), ``evaluate`` (the validator), ``trusted`` (the program's own process, which
+receives inputs and returns outputs), ``isolated`` (the validator in a subprocess; and, opt-in,
+:func:`evaluate_trusted`: the program there and every reference here), ``cheats`` (what the checks are for) and ``entries`` (the course's
+ModelNews).
 
 Layer ``kernelbench`` of ``kernels.LAYERS``, the top one: it may import ``kernels.losses``,
 ``kernels.build`` and ``kernels.measure``, and, for the entries only, ``kernels.ops``; nothing
@@ -82,19 +85,25 @@ The anti-cheat checks (each a function of ``checks``, each with a test in tests/
   latencies), the same for ``ModelNew`` and the eager reference. A ``ModelNew`` whose wall time
   exceeds its event time by more than the reference's, by over 50 µs and over half its event
   time, did work the events did not see.
+- Opt-in, not yet chapter 9's path: :func:`evaluate_trusted`, the program in a child process
+  that holds none of the references (:mod:`.isolated` says how); a program that replaces
+  functions of PyTorch there fails the check "PyTorch unchanged", and every timed call of
+  ``ModelNew`` gets inputs of its own with secret positions that carry the loss (as the
+  coverage trials), its output checked against their float64 loss.
 - In every timed trial the inputs' version counters are bumped first (outside the timed region,
   as an in-place write would), so that a result cached on the tensors' identity and version is
   recomputed rather than replayed.
 """
 
-from .cheats import ISOLATED_ONLY, Cheat, cheats
+from .cheats import (ISOLATED_ONLY, TRUSTED_ONLY, Cheat, TrustedCheat, cheats, restoring_torch,
+                     trusted_cheats)
 from .checks import (EXCESSIVE_SPEEDUP, HIDDEN_FRACTION, HIDDEN_MS, check_against_float64,
                      check_inputs_unchanged, check_not_constant, check_output, check_recomputes,
                      check_timed_stream, excessive_speedup_note)
 from .draws import ExactDraws
 from .entries import COURSE_ENTRIES, CourseCrossEntropy, CourseHinge, CourseHuber, CourseMSE, course_ops
 from .evaluate import COVERAGE_TRIALS, evaluate, model_from_source
-from .isolated import evaluate_isolated
+from .isolated import evaluate_isolated, evaluate_trusted
 from .problems import (COMMIT, CORRECT_TRIALS, PROBLEMS, SEED, SPIKES, TOLERANCES, UPSTREAM,
                        KernelBenchError, Model94, Model95, Model96, Model100, Problem, get_problem,
                        problems_table, sized_for, trial_seeds)

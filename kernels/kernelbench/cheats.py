@@ -10,6 +10,7 @@ them on their own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -235,3 +236,109 @@ class DeviceAssert(torch.nn.Module):
 
 ISOLATED_ONLY = {"crashes": (Crash, "crashed"), "hangs": (Hang, "time limit"),
                  "device-side assert": (DeviceAssert, "runs")}
+
+
+# --- for the trusted validator only (evaluate_trusted): never in cheats(), which chapter 9 and ---
+# --- its tests iterate over with the older validator ---------------------------------------------
+
+@dataclass(frozen=True)
+class TrustedCheat(Cheat):
+    """A cheat for :func:`~.isolated.evaluate_trusted`, with how its child finds it."""
+
+    spec: str = ""  # cheat:<problem>:<name>, which trusted_cheats(problem)[name] resolves
+
+
+def trusted_cheats(problem) -> dict[str, TrustedCheat]:
+    """:func:`cheats` and the ones only the trusted validator is meant to catch, each with the
+    spec its child loads it by (the programs that patch PyTorch are :data:`TRUSTED_ONLY`)."""
+    problem = get_problem(problem)
+    reference = problem.model
+
+    class HonestUntilTimed(torch.nn.Module):
+        """Exercise 9.2's answer: honest for the calls the checks make, then every other row,
+        fresh each call: KernelBench's i.i.d. timed inputs hide a subsample, secret spikes don't."""
+
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, predictions, targets):
+            self.calls += 1
+            if self.calls <= CHECKING_CALLS:
+                return reference()(predictions, targets)
+            return subsample_loss(reference(), predictions, targets, random=False)
+
+    found = dict(cheats(problem))
+    found["honest until timed"] = Cheat(HonestUntilTimed, "fresh inputs", None, gpu_only=True)
+    return {name: TrustedCheat(c.model, c.check, c.kernelbench_accepts, c.gpu_only,
+                               f"cheat:{problem.id}:{name}") for name, c in found.items()}
+# --- programs that reach into PyTorch: only a validator whose references run elsewhere survives -
+
+_MEAN = torch.mean  # the library's own, as this module found it
+SLOW_PASSES = 4  # the slowed mean's extra passes over its input
+
+
+def _replace_in_torch(name, new):
+    """What a program's import can do unseen by a rule that looks for ``torch.x = ...``."""
+    vars(torch)[name] = new
+
+
+def _slow_mean(x, *args, **kwargs):
+    for _ in range(SLOW_PASSES):
+        x = x + 0  # a pass that reads and writes the input and changes nothing
+    return _MEAN(x, *args, **kwargs)
+
+
+def _every_other_mean(x, *args, **kwargs):
+    return _MEAN(x.reshape(-1)[::2], *args, **kwargs)
+
+
+class SlowsTheReference(torch.nn.Module):
+    """Replaces ``torch.mean``, which problem 94's reference calls, by a slower one that gives the
+    same value; its own loss is honest. Where the reference is timed in the program's process
+    (KernelBench), the speed-up over eager is the reference's slow-down."""
+
+    def __init__(self):
+        super().__init__()
+        _replace_in_torch("mean", _slow_mean)
+
+    def forward(self, predictions, targets):
+        return honest_mse(predictions, targets)
+
+
+class ChangesTheReference(torch.nn.Module):
+    """Replaces ``torch.mean`` by the mean of every other element, and reads every other element
+    itself: where a reference runs in the program's process, it agrees with the program."""
+
+    def __init__(self):
+        super().__init__()
+        _replace_in_torch("mean", _every_other_mean)
+
+    def forward(self, predictions, targets):
+        return _every_other_mean((predictions - targets) ** 2)
+
+
+def honest_mse(predictions, targets):
+    d = (predictions - targets).reshape(-1)
+    return d.dot(d) / d.numel()
+
+
+TRUSTED_ONLY = {"slows the reference": (SlowsTheReference, "PyTorch unchanged"),
+                "changes the reference's answer": (ChangesTheReference, "coverage")}
+
+
+@contextlib.contextmanager
+def restoring_torch():
+    """Run a program in this process (to show what KernelBench would see), then put back every
+    function of torch, torch.nn.functional and torch.Tensor that it replaced."""
+    import torch.nn.functional as F
+
+    spaces = (torch, F, torch.Tensor)
+    kept = [dict(vars(space)) for space in spaces]
+    try:
+        yield
+    finally:
+        for space, before in zip(spaces, kept):
+            for name, value in before.items():
+                if vars(space).get(name) is not value:
+                    setattr(space, name, value)

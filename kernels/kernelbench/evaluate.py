@@ -18,7 +18,7 @@ from .draws import ExactDraws
 from .problems import CORRECT_TRIALS, SEED, SPIKES, TOLERANCES, KernelBenchError, Problem, \
     get_problem, sized_for, trial_seeds
 from .report import Result
-from .timing import WARMUP_NEW, WARMUP_REFERENCE, gpu_only_ms, time_trials
+from .timing import WARMUP_NEW, WARMUP_REFERENCE, gpu_only_ms, time_trials, time_trials_anywhere
 
 COVERAGE_TRIALS = 2  # each with its own secret positions
 
@@ -117,7 +117,8 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
              perf_trials: int | None = None, seed: int = SEED, device="cuda",
              exact_inputs: bool = True, measure: bool | None = None,
              precision=torch.float32, verbose: bool = False,
-             secret_seed: int | None = None, static_checks: bool = True) -> Result:
+             secret_seed: int | None = None, static_checks: bool = True,
+             trusted: bool = False) -> Result:
     """Run ``model_new`` (a ModelNew class, an instance, or a source text defining ModelNew) on a
     problem under KernelBench's rules and this package's checks (see its docstring).
 
@@ -127,16 +128,20 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
     a ModelNew that passed the correctness trials is timed. ``secret_seed``: the seed of the
     coverage, offset and timed inputs, drawn afresh for every evaluation unless given (a failure
     is replayed by passing ``result.secret_seed``). ``static_checks=False`` leaves out the checks
-    of the source (to ask whether PyTorch's own expression passes the dynamic ones). Errors of the learner's code become a FAIL
-    result with the reason; only a call that cannot be evaluated at all (no ModelNew, an unknown
-    problem) raises :class:`KernelBenchError`.
+    of the source (to ask whether PyTorch's own expression passes the dynamic ones). ``trusted``
+    (as :func:`~.isolated.evaluate_trusted` calls it; off by default, chapter 9's path): every
+    timed call of ModelNew on secret coverage inputs checked in float64, the static checks of
+    patching PyTorch (:mod:`.patching`), a ModelNew in a child process read by its ``source``
+    and timed on the CPU too. Errors of the learner's code become a FAIL result with the reason;
+    only a call that cannot be evaluated at all (no ModelNew, an unknown problem) raises
+    :class:`KernelBenchError`.
     """
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     problem, resized = fitted_to(get_problem(problem), device)
     measure = device.type == "cuda" if measure is None else measure
-    if measure and device.type != "cuda":
+    if measure and device.type != "cuda" and not trusted:
         raise KernelBenchError("timing needs a CUDA device (pass measure=False on the CPU)")
     if precision not in TOLERANCES:
         raise KernelBenchError(f"precision must be one of {list(TOLERANCES)}, got {precision}")
@@ -157,7 +162,8 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
 
     if model_new is None or not isinstance(model_new, (str, type, torch.nn.Module)):
         _instantiate(model_new, problem)  # raises KernelBenchError with the reason
-    findings, unreadable = static.check_model(model_new) if static_checks else ([], None)
+    source = getattr(model_new, "source", model_new) if trusted else model_new  # a child's text
+    findings, unreadable = static.check_model(source, patching=trusted) if static_checks else ([], None)
     try:
         model = _instantiate(model_new, problem).to(device=device, dtype=precision)
     except KernelBenchError:
@@ -202,7 +208,7 @@ def evaluate(problem, model_new, entry: str = "ModelNew", trials: int = CORRECT_
     if unreadable:
         result.notes.append(f"static checks skipped: {unreadable}")
     if timed is not None:
-        _measure(problem, model, reference, timed, result, perf_trials, precision, say)
+        _measure(problem, model, reference, timed, result, perf_trials, precision, say, trusted)
     return result
 
 
@@ -290,52 +296,78 @@ def _hidden_inputs(model, problem, device, precision, secret, fail, say) -> None
                                  f"the inputs read at full precision?)")
 
 
-def _measure(problem, model, reference, inputs, result, perf_trials, precision, say) -> None:
+def _measure(problem, model, reference, inputs, result, perf_trials, precision, say,
+             trusted=False) -> None:
     """Time ModelNew, eager Model and torch.compile(Model), each call on new values written into
-    the same tensors (so no result can be replayed by address, version or content), ModelNew's
-    outputs checked against the reference of each call's inputs; then check that ModelNew's work
-    was on the timed stream, flag an excessive speed-up (KernelBench's 10x), and, for a ModelNew
-    that passed everything, measure each program's GPU-only time."""
-    generator = torch.Generator(device=inputs[0].device).manual_seed(result.secret_seed + 1)
-    tolerance = TOLERANCES[precision]
+    the same tensors (so no result can be replayed by address, version or content). Without
+    ``trusted`` (chapter 9's path), ModelNew's outputs are checked against the reference of each
+    call's inputs (KernelBench's draws). With it, each of ModelNew's timed calls gets a coverage
+    input of its own (secret positions that carry the loss, hidden among KernelBench's draws)
+    and its output is checked against the float64 loss of those very inputs, as strictly as a coverage trial: a program that skips part of its input
+    in any timed call fails. Then check that ModelNew's work was on the timed stream, flag an
+    excessive speed-up (KernelBench's 10x), and, for a ModelNew that passed everything, measure
+    each program's GPU-only time. A ModelNew in a child process (:mod:`.trusted`) times its own
+    calls there; the references are timed here. On the CPU (a child's protocol, in tests) the
+    host's clock times eager only."""
+    device = inputs[0].device
+    generator = torch.Generator(device=device).manual_seed(result.secret_seed + 1)
+    tolerance, spikes = TOLERANCES[precision], SPIKES[precision]
 
     def fresh():
         problem.refill(inputs, generator)
 
     def fresh_with_reference():
-        fresh()
-        with torch.no_grad():
-            return reference(*inputs)  # before ModelNew runs: it cannot change what this sees
+        if not trusted:
+            fresh()
+            with torch.no_grad():
+                return reference(*inputs)  # before ModelNew runs: it cannot change what this sees
+        new = problem.coverage(problem.sizes, generator, device, precision, spikes, True)
+        for x, y in zip(inputs, new):
+            x.copy_(y)
+        del new
+        return problem.reference64(inputs)  # before ModelNew runs: it cannot change what this sees
 
     def verify(out, expected):
-        return check_output(out, expected, tolerance)
+        if not trusted:
+            return check_output(out, expected, tolerance)
+        return check_against_float64(out, expected, tolerance, relative_only=True)
 
+    clock = time_trials_anywhere if trusted else time_trials  # the CPU too, on the opt-in path
+    own_timer = trusted and getattr(model, "time_trials", None)  # a child's program times there
+    timer = own_timer or (lambda *a, **k: clock(model, *a, **k))
     try:
-        result.timings["ModelNew"] = time_trials(model, inputs, perf_trials, WARMUP_NEW,
-                                                 refill=fresh_with_reference, verify=verify)
+        result.timings["ModelNew"] = timer(inputs, perf_trials, WARMUP_NEW,
+                                           refill=fresh_with_reference, verify=verify)
     except Exception as error:
         result.failures.append(("times", f"ModelNew raised {_describe_error(error)} while timed"))
         return
     say(f"ModelNew {result.ms():.3f} ms")
-    result.timings["eager"] = time_trials(reference, inputs, perf_trials, WARMUP_REFERENCE, refill=fresh)
+    result.timings["eager"] = clock(reference, inputs, perf_trials, WARMUP_REFERENCE, refill=fresh)
     say(f"eager {result.ms('eager'):.3f} ms")
-    torch._dynamo.reset()  # as measure_ref_program_time: a fresh compile of this Model
-    compiled = torch.compile(reference)
-    result.timings["torch.compile"] = time_trials(compiled, inputs, perf_trials, WARMUP_REFERENCE,
-                                                  refill=fresh)
-    say(f"torch.compile {result.ms('torch.compile'):.3f} ms")
+    compiled = None
+    if device.type == "cuda":
+        torch._dynamo.reset()  # as measure_ref_program_time: a fresh compile of this Model
+        compiled = torch.compile(reference)
+        result.timings["torch.compile"] = clock(compiled, inputs, perf_trials, WARMUP_REFERENCE,
+                                                refill=fresh)
+        say(f"torch.compile {result.ms('torch.compile'):.3f} ms")
     failure = result.timings["ModelNew"].failure
     if failure:
         result.failures.append(("fresh inputs", f"{failure}: was a result replayed from an "
-                                                f"earlier call?"))
+                                                f"earlier call?") if not trusted else
+                               ("fresh inputs", f"{failure}: a loss carried by {spikes} secret "
+                                                f"positions in each timed call's inputs (was a "
+                                                f"result replayed, or part of the input skipped?)"))
     failure = check_timed_stream(result.timings["ModelNew"], result.timings["eager"])
     if failure:
         result.failures.append(("timed stream", failure))
     note = excessive_speedup_note(result.speedup("eager"))
     if note:
         result.notes.append(note)
-    if result.passed:
+    if result.passed and compiled is not None:
         for program, fn in (("ModelNew", model), ("eager", reference), ("torch.compile", compiled)):
-            result.gpu_only[program] = gpu_only_ms(fn, inputs)
+            own = trusted and getattr(fn, "gpu_only_ms", None)  # a child's program: timed there
+            result.gpu_only[program] = own(inputs) if own else gpu_only_ms(fn, inputs)
     del compiled, inputs
-    torch.cuda.empty_cache()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

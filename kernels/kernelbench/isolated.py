@@ -10,9 +10,26 @@ job: the parent reads only that line, so whatever the program prints cannot pass
 The program shares its process with the checks there, and the nonce sits in the child's frame:
 a program that walks frames or reads the validator's memory could find it. The static checks
 reject the ways to do that in Python (``gc``, ``inspect``, ``ctypes``, ``sys._getframe``,
-``f_back``, ``__globals__``, hidden imports); C++ in an extension is beyond them. The stronger
-design, the program in a process that returns only its outputs and the verdict computed in the
-parent, is not built.
+``f_back``, ``__globals__``, hidden imports); C++ in an extension is beyond them.
+
+The stronger design is built, as an opt-in: :func:`evaluate_trusted` (same arguments). Its
+process, the trusted one, never imports the program: it reads the program's text for the
+static checks (with the rules against patching PyTorch, :mod:`.patching`), starts a child
+(``spawn``, :mod:`.trusted`) that loads the program, builds ``ModelNew`` and only answers
+requests, and runs :func:`~.evaluate.evaluate` (``trusted=True``) with a ``ModelNew`` whose
+``forward`` sends the inputs to the child and gets the output back, as JSON, never a pickle.
+So the reference ``Model``, ``reference64``, the inputs and their secret seed, every check and
+the eager and ``torch.compile`` timings live here; every timed call of the program gets new
+inputs with secret positions that carry the loss and is checked in float64; a program that
+replaces functions of PyTorch changes only its own process, and fails the check "PyTorch
+unchanged". The program's own timings still come from its process (it could lie about them,
+not about its outputs). The inputs are allocated here and the child maps the same memory
+(CUDA IPC); its CUDA context is made before the problem is sized, so the sizing counts it.
+
+Chapter 9 and its solutions still use :func:`evaluate_isolated` (the nonce design above) and
+:func:`~.evaluate.evaluate` with their defaults, whose stored outputs came from them: the
+trusted path has run on the CPU only (tests/test_kernelbench_cpu.py), and chapter 9 moves to
+it when it is re-executed on a GPU with it (tests/gpu/test_validator.py runs it there).
 """
 
 from __future__ import annotations
@@ -145,3 +162,54 @@ def child() -> None:
     sys.stdout.flush()
     print(nonce + _to_json(result), flush=True)
 
+
+
+def _trusted_spec(program) -> str:
+    """As :func:`_program_spec`, and a cheat of :func:`~.cheats.trusted_cheats` by its spec."""
+    return getattr(program, "spec", "") or _program_spec(program)
+
+
+def evaluate_trusted(problem, program, entry: str = "ModelNew", time_limit: float = TIME_LIMIT,
+                     **options) -> Result:
+    """:func:`~.evaluate.evaluate` with the program in a child process that returns only its
+    outputs (and its own timings), and everything else here (same arguments; ``precision`` as a
+    dtype or its name): every reference, check and baseline timing is this process's. A crash,
+    a non-zero exit or no verdict within ``time_limit`` seconds is a FAIL."""
+    from .evaluate import evaluate
+    from .trusted import Program, ProgramGone, remote_class, source_of
+
+    problem = get_problem(problem)
+    precision = options.get("precision", torch.float32)
+    if isinstance(precision, str):
+        precision = options["precision"] = PRECISIONS[precision]
+    spec = _trusted_spec(program)
+    device = torch.device(options.get("device", "cuda"))
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    options["device"] = device
+    source = source_of(spec)
+    try:
+        child = Program(spec, problem.id, device, str(precision).removeprefix("torch."), time_limit)
+    except ProgramGone as gone:
+        return _failed(problem, entry, gone.check, gone.why)
+    try:
+        model = remote_class(child, source or "")
+        result = evaluate(problem, model, entry=entry, trusted=True, **options)
+        if source is None:
+            result.notes.append(f"static checks skipped: the source of {spec} was not found")
+        if child.gone is None:
+            changed = child.ask("changed")["changed"]
+            if changed:
+                result.failures.append(("PyTorch unchanged", f"the program replaced {', '.join(changed[:5])}"
+                                        f"{' and more' if len(changed) > 5 else ''} in its process: "
+                                        f"a program must not change the library it is measured against"))
+    except ProgramGone:
+        result = None
+    finally:
+        child.close()
+    if child.gone is not None:  # what ended it is the verdict; the rest followed from it
+        failed = _failed(problem, entry, child.gone.check, child.gone.why)
+        if result is not None:
+            failed.trials, failed.trials_passed, failed.secret_seed = result.trials, result.trials_passed, result.secret_seed
+        return failed
+    return result

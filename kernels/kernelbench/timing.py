@@ -114,3 +114,71 @@ def gpu_only_ms(fn, args) -> float:
     as an idle GPU. Same inputs every call: only for a program that passed every check."""
     with torch.no_grad():
         return bench.queued_ms(fn, args)
+
+
+# --- for evaluate_trusted (opt-in): time_trials with one timed call as a function of its own ---
+# --- (the child makes it, timed_call), and on the CPU too (the host's clock, for its tests); ---
+# --- time_trials above stays as chapter 9 shows it -------------------------------------------
+
+def time_trials_anywhere(fn, args, trials: int | None = None, warmup: int = WARMUP_NEW,
+                         discard_first: int = DISCARD_FIRST, refill: Callable | None = None,
+                         verify: Callable | None = None) -> Timing:
+    """:func:`time_trials`, each call made by :func:`timed_call`; on the CPU, with no events or
+    L2 to flush, a call's event time is its wall time."""
+    trials = trials or PERF_TRIALS
+    tensors = [x for x in args if isinstance(x, torch.Tensor)]
+    flush = flush_buffer(tensors)
+    failure = None
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*args)
+            _sync(flush)
+        events, walls = [], []
+        for trial in range(trials + discard_first):
+            expected = refill() if refill is not None else None
+            bump_versions(tensors)
+            out, event, wall = timed_call(fn, args, flush)
+            if verify is not None and failure is None:
+                why = verify(out, expected)
+                failure = None if why is None else f"timed call {trial + 1}: {why}"
+            del out, expected
+            if trial >= discard_first:
+                events.append(event)
+                walls.append(wall)
+    del flush
+    return Timing(events, walls, failure)
+
+
+def flush_buffer(tensors):
+    """The buffer written before each timed call to evict L2 (None on the CPU, which has no
+    events: there a timed call is the host's clock alone, for tests of the protocol)."""
+    if not any(x.is_cuda for x in tensors):
+        return None
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return torch.empty(max(2 * l2, FLUSH_BYTES), dtype=torch.int8, device="cuda")
+
+
+def _sync(flush) -> None:
+    if flush is not None:
+        torch.cuda.synchronize()
+
+
+def timed_call(fn, args, flush):
+    """One timed call: (output, event ms, wall ms). The device synchronised before, the wall
+    clock started, L2 flushed, the call between two events, the device synchronised after."""
+    if flush is None:
+        began = time.perf_counter()
+        out = fn(*args)
+        wall = (time.perf_counter() - began) * 1e3
+        return out, wall, wall
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    flush.zero_()
+    start.record()
+    out = fn(*args)
+    end.record()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - began) * 1e3
+    return out, start.elapsed_time(end), wall

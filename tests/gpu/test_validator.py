@@ -109,3 +109,70 @@ def test_nan_dropping_smooth_l1_fails_only_the_special_values():
         correctness.check(kernel.smooth_l1, "smooth_l1", special_values=True)
     solution = load(ROOT / "solutions" / "kernels" / "ch3_smooth_l1.cu")
     correctness.check(solution.smooth_l1, "smooth_l1", special_values=True)
+
+
+# --- chapter 9's validator, the opt-in evaluate_trusted (chapter 9 itself still runs evaluate and
+# evaluate_isolated with their defaults): programs that reach its references, or behave until timed
+
+KB_MID = {"batch_size": 8192, "dim": 8192}  # problem 94 at a sixteenth of KernelBench's size
+KB_FAST = {"exact_inputs": False, "perf_trials": 10}
+
+
+def _kb():
+    from kernels import kernelbench
+
+    return kernelbench
+
+
+def test_a_program_that_slows_the_reference_gains_only_in_one_process():
+    """In one process (KernelBench's design) the slowed torch.mean slows the eager reference and
+    the program shows a speed-up it did not earn; isolated, eager is timed here, the speed-up is
+    the program's own, and the check meant for it fails."""
+    kb = _kb()
+    problem = kb.PROBLEMS[94].resized(**KB_MID)
+    model, check = kb.TRUSTED_ONLY["slows the reference"]
+    with kb.restoring_torch():
+        shared = kb.evaluate(problem, model, entry="slows the reference", **KB_FAST)
+    assert shared.passed, shared.verdict
+    isolated = kb.evaluate_trusted(problem, f"{model.__module__}:{model.__name__}",
+                                    entry="slows the reference", **KB_FAST)
+    failed = [c.split(" (")[0] for c, _ in isolated.failures]
+    assert not isolated.passed and check in failed and isolated.kernelbench_passed, isolated.verdict
+    assert shared.speedup("eager") > 1.5 * isolated.speedup("eager"), (shared.verdict, isolated.verdict)
+    record("kernelbench:slows the reference", "validator", "rejected", message=isolated.verdict)
+
+
+def test_a_program_that_changes_the_reference_fails_coverage_isolated():
+    kb = _kb()
+    model, check = kb.TRUSTED_ONLY["changes the reference's answer"]
+    isolated = kb.evaluate_trusted(94, f"{model.__module__}:{model.__name__}",
+                                    entry="changes the reference", **KB_FAST)
+    failed = [c.split(" (")[0] for c, _ in isolated.failures]
+    assert not isolated.passed and check in failed, isolated.verdict
+    record("kernelbench:changes the reference", "validator", "rejected", message=isolated.verdict)
+
+
+@pytest.mark.parametrize("isolated", [False, True], ids=["one process", "isolated"])
+def test_honest_until_timed_fails_its_timed_calls_at_kernelbench_size(isolated):
+    """Exercise 9.2's answer at 32768 x 32768: KernelBench's rules pass it, and so did the timed
+    calls' old check on i.i.d. inputs; each timed call's secret positions do not."""
+    kb = _kb()
+    cheat = kb.trusted_cheats(94)["honest until timed"]
+    run = kb.evaluate_trusted if isolated else kb.evaluate
+    options = {"trusted": True} if not isolated else {}  # in one process: the opt-in timing too
+    result = run(94, cheat if isolated else cheat.model, entry="honest until timed", **KB_FAST,
+                 **options)
+    failed = [c.split(" (")[0] for c, _ in result.failures]
+    assert result.kernelbench_passed and failed == ["fresh inputs"], result.verdict
+    record("kernelbench:honest until timed", "validator", "rejected", message=result.verdict)
+
+
+@pytest.mark.parametrize("problem_id", [94, 95, 96, 100])
+def test_course_entries_pass_isolated_with_every_timed_call_checked(problem_id):
+    kb = _kb()
+    sizes = {95: {"batch_size": 16384, "num_classes": 4096}}.get(problem_id, KB_MID)
+    result = kb.evaluate_trusted(kb.PROBLEMS[problem_id].resized(**sizes),
+                                  kb.COURSE_ENTRIES[problem_id], entry="course", **KB_FAST)
+    assert result.passed, result.verdict
+    assert set(result.timings) == {"ModelNew", "eager", "torch.compile"}
+    assert result.timings["ModelNew"].failure is None and result.gpu_only["ModelNew"] > 0
