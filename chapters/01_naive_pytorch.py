@@ -49,13 +49,13 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Every kernel in this course competes with a line of PyTorch. Before writing any CUDA we
+# Every {term}`kernel` in this course competes with a line of PyTorch. Before writing any CUDA we
 # look at what those lines do on the GPU: which kernels PyTorch launches, which temporary
 # tensors it allocates, how many bytes cross the memory bus, and how long it takes, in
 # eager mode and under `torch.compile`. The chapter ends with the numbers every later
-# chapter is measured against: the GPU's read bandwidth, the launch-latency floor, the
+# chapter is measured against: the GPU's read bandwidth, the {term}`launch-latency <launch overhead>` floor, the
 # throughput of PyTorch's losses at every size, and the accuracy of PyTorch's own float32
-# reduction.
+# {term}`reduction`.
 #
 # The four losses are the loss problems of KernelBench {cite}`ouyang2025kernelbench`, with
 # its sizes: $32768 \times 32768$ float32 predictions and targets ($2^{30}$ elements, 4 GiB
@@ -383,7 +383,7 @@ print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, "
 #
 # Now the sweep: each loss from $2^{12}$ to $2^{30}$ elements (`kernels.bench.SIZES`, a step
 # of 4x), timed by `kernels.bench.bench_loss` (CUDA events, median of 100 calls, inputs rotated
-# so that small sizes are read from memory and not from L2). Because `dynamic=False` compiles
+# so that small sizes are read from memory and not from {term}`L2 <L2 cache>`). Because `dynamic=False` compiles
 # once per shape, `torch.compile` is measured at every other size (which includes the
 # KernelBench size) to keep the compile time down. Cross-entropy keeps 4096 classes and varies
 # the rows (from 1 to $2^{18}$, plus KernelBench's 32768); compiled at the rows of every other
@@ -473,7 +473,7 @@ print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
 #
 # A kernel needs at least the time to move its bytes, $B / W$, and the time to do its
 # arithmetic, $F / P$, where $W$ is the memory bandwidth and $P$ the arithmetic rate
-# {cite}`williams2009roofline`. Which one wins depends on the **arithmetic intensity**
+# {cite}`williams2009roofline`. Which one wins depends on the **{term}`arithmetic intensity`**
 # $I = F / B$, the flops per byte moved: a kernel is memory-bound when $I$ is below the
 # **ridge point** $P / W$. MSE does 3 flops (subtract, multiply, add) per 8 bytes read,
 # $I = 0.375$ flop/byte. Hinge does 4 (multiply, subtract, max, add) per 4 bytes; cross-entropy
@@ -513,7 +513,7 @@ else:
 # time its bytes take, and the GPU's arithmetic units idle while they wait for memory. So
 # the bytes are what to count first. Not the only thing, though: the roofline counts flops,
 # but the GPU *issues instructions* (loads, address arithmetic, conversions, `exp` on a
-# special-function unit that runs at a fraction of the FMA rate), one per cycle per warp
+# special-function unit that runs at a fraction of the FMA rate), one per cycle per {term}`warp`
 # scheduler. A kernel can run out of instruction issue long before its flops fill the roof:
 # chapter 5 measures with the profiler how close its cross-entropy kernel comes to that limit,
 # in float32 and in bfloat16 (which brings twice the values per byte). The best a
@@ -637,7 +637,7 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
 # At the smallest sizes every loss takes a small multiple of the empty
 # kernel's GPU time (the table's "x the 1-element add" column), and its time grows far more
 # slowly than the size: the GPU is not busy with the data but with launching kernels, each on
-# a grid too small to fill the GPU.
+# a {term}`grid` too small to fill the GPU.
 # Eager mode launches a kernel per operator; `torch.compile` launches fewer for the element-wise
 # losses, but not for cross-entropy (three kernels against eager's two in the profiler output
 # above). `kernels.bench.time_ms` keeps the GPU queued ahead of the host (a buffer clear and a
@@ -669,7 +669,7 @@ del x
 torch.cuda.empty_cache()
 
 # %% [markdown]
-# PyTorch's reduction is a tree: each thread adds a strided slice, then threads and blocks
+# PyTorch's reduction is a tree: each {term}`thread` adds a strided slice, then threads and blocks
 # combine their partial sums, so no partial sum grows much larger than the terms added to it.
 # The naive alternative, one running float32 sum from the first element to the last, is much
 # worse: once the running sum is large, each small term loses most of its bits when added.

@@ -140,7 +140,7 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 # - `kernels.load` builds a plain `.cu` file without `torch/extension.h`: seconds instead of the
 #   build time above. It hashes every source, so an edit is never served from a stale cache, and
 #   registers the launchers as PyTorch operators that work in `backward()` and `torch.compile`.
-# - `kernels.bench` times many calls per measurement, clears the L2 cache between them so a
+# - `kernels.bench` times many calls per measurement, clears the {term}`L2 cache` between them so a
 #   small input is not served from cache, and takes the median of several runs.
 # - `kernels.check` compares with PyTorch in float64, not float32, on awkward sizes (one
 #   element, odd lengths, 2-D), with memory poisoned by NaN, and checks shape, dtype and device.
@@ -160,7 +160,7 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 # - **Empty input** returns NaN, as `torch.mean` of nothing does, without launching anything.
 # - **Contiguous** copies of strided views, so the kernel can index `pred[i]` directly.
 # - `CUDAGuard` makes the inputs' GPU the current one; the launch goes on PyTorch's current
-#   **stream**, so it is ordered with everything else PyTorch does.
+#   **{term}`stream`**, so it is ordered with everything else PyTorch does.
 # - The result is a **0-d tensor** (`at::empty({})`), the shape PyTorch's `mean` returns, and it
 #   is *uninitialised*: the launcher must write it. So is the workspace, scratch memory the
 #   launchers of later chapters use.
@@ -174,7 +174,7 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 #
 # One thread per element; each computes its squared error and adds it into the output with
 # `atomicAdd`. The launcher zeroes the output first and divides by $n$ at the end, all on the
-# stream: no value ever goes back to the host.
+# {term}`stream`: no value ever goes back to the host.
 
 # %%
 show_source("ch2_atomics/v1_atomic_per_element.cu")
@@ -276,7 +276,7 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 
 # %% [markdown]
 # The rate of atomics (the middle column) hardly moves once the GPU is full: version 1 is limited
-# by how fast one address can be updated, not by memory bandwidth. The cure is fewer atomics.
+# by how fast one address can be updated, not by memory {term}`bandwidth`. The cure is fewer atomics.
 #
 # ```{figure} ../book/images/ch2_atomics_queue.svg
 # :alt: Top: threads send their atomicAdd to one output address in L2, where they wait in a single queue. Bottom: a log-scale bar chart of the atomics on that address for 2^24 elements: one per element in version 1, one per thread, per warp and per block of an H100-sized resident grid in versions 2 to 4.
@@ -288,8 +288,8 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 # ## Version 2: accumulate in a register first
 #
 # Launch only as many threads as fit on the GPU at once, and let each walk the input with a
-# *grid-stride loop*: thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
-# register and does one atomic at the end. Consecutive threads still read consecutive elements,
+# *{term}`grid-stride loop`*: thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
+# {term}`register` and does one atomic at the end. Consecutive threads still read consecutive elements,
 # so the loads of a warp stay coalesced.
 #
 # ```{figure} ../book/images/ch2_coalesced.svg
@@ -335,7 +335,7 @@ check(v3.mse, "mse")
 # %% [markdown]
 # ## Version 4: one atomic per block
 #
-# The warps of a block meet in shared memory: each warp's lane 0 writes its sum, a
+# The warps of a block meet in {term}`shared memory`: each warp's lane 0 writes its sum, a
 # `__syncthreads()` barrier waits for all of them, and the first warp adds the eight values with
 # shuffles again. One atomic per block remains.
 
@@ -476,10 +476,10 @@ if counters:
 # Two readings. Version 2 keeps DRAM busy for a far smaller share of its time than the others,
 # yet it makes the same loads: its time ends with one atomic per thread on one address, during
 # which no load is in flight, and DRAM throughput is an average over the kernel's whole
-# duration. Versions 3 and 4 have almost every warp slot filled (occupancy), and their warps
+# duration. Versions 3 and 4 have almost every warp slot filled ({term}`occupancy`), and their warps
 # spend most of each instruction's wait on memory; still DRAM is less busy than under
-# `torch.sum`. To keep memory busy the GPU needs *bandwidth x latency* bytes in flight
-# (Little's law); each thread of versions 3 and 4 has one 4-byte load per input in flight at a
+# `torch.sum`. To keep memory busy the GPU needs *bandwidth x {term}`latency`* {term}`bytes in flight`
+# ({term}`Little's law`); each thread of versions 3 and 4 has one 4-byte load per input in flight at a
 # time, which the machine code shows:
 
 # %% tags=["gpu", "nbval-ignore-output"]

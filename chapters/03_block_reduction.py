@@ -42,16 +42,16 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`occupancy` and {term}`bytes in flight`.
 #
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`thread`, {term}`block`,
-# {term}`atomic`, {term}`L1 cache`, {term}`bandwidth`, {term}`SASS`.
+# {term}`atomic`, {term}`bandwidth`, {term}`SASS`.
 #
 # **Reading time:** about 11 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Chapter 2 ended with one atomic per block, but its blocks added their values with shuffles and
+# Chapter 2 ended with one {term}`atomic` per {term}`block`, but its blocks added their values with shuffles and
 # still read memory 4 bytes at a time. This chapter builds the block reduction step by step, the
 # way Mark Harris's classic CUDA reduction does {cite}`harris2007reduction`: a tree in shared
-# memory, then one fix per version. Each kernel file's header says what it fixes and what is
+# memory, then one fix per version. Each {term}`kernel` file's header says what it fixes and what is
 # still slow; the table at the end says how much each step was worth on our GPU.
 #
 # Then the same skeleton computes every element-wise loss of the course: a new loss is a functor
@@ -89,7 +89,7 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # Each block loads 256 values into shared memory, then adds them pairwise in $\log_2 256 = 8$
 # rounds: after round $s$ every value at an index that is a multiple of $2s$ holds the sum of
 # $2s$ values. A `__syncthreads()` between rounds makes each round see the previous one's
-# results. Threads past the end of the input load 0: every thread must reach every barrier.
+# results. {term}`Threads <thread>` past the end of the input load 0: every thread must reach every barrier.
 #
 # ```{figure} ../book/images/ch3_tree_v1.svg
 # :alt: Version 1's tree drawn for 16 values: in round s only threads whose id is a multiple of 2s add, leaving the others idle inside every warp. A table for the kernel's 256 threads gives per round the working threads, the warps that run (8 until s = 16) and one wavefront per access; a bank map shows warp 0's words at s = 1, one per bank.
@@ -265,7 +265,7 @@ check(v5.mse, "mse")
 # %% [markdown]
 # ## Version 6: wide loads, a grid sized to the GPU, any loss
 #
-# The tree is no longer the problem; memory is. To reach the bandwidth a GPU needs many bytes in
+# The tree is no longer the problem; memory is. To reach the {term}`bandwidth` a GPU needs many bytes in
 # flight: each thread now issues several 16-byte loads (`float4`) before it uses any, and the
 # grid is just the blocks that fit on the GPU at once, each thread walking the input with a
 # grid-stride loop, so that the tree and the atomic happen once per resident block instead of

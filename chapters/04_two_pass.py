@@ -49,7 +49,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Chapter 3's kernels are fast, but their blocks still meet through float atomics: the last bits
+# Chapter 3's {term}`kernels <kernel>` are fast, but their {term}`blocks <block>` still meet through float {term}`atomics <atomic>`: the last bits
 # of the loss change from run to run, and a bug report that says "the loss differs" cannot be
 # told apart from noise. This chapter removes the atomics. Pass 1 writes one partial sum per
 # block (or per tile) to scratch memory; pass 2, one block, adds the partials in a fixed order and
@@ -80,7 +80,7 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # ## Version 1: one partial per block
 #
 # Pass 1 is chapter 3's version 6, except that each block writes its sum to its own slot of the
-# workspace. Pass 2 is one block of 1024 threads: thread $k$ adds partials $k, k + 1024, \dots$
+# workspace. Pass 2 is one block of 1024 {term}`threads <thread>`: thread $k$ adds partials $k, k + 1024, \dots$
 # in float64, then a fixed tree adds the threads' sums. No atomics, no memset, no divide kernel.
 
 # %%
@@ -122,10 +122,10 @@ finally:
 # %% [markdown]
 # ## Version 2: fixed tiles, the same bits for any launch
 #
-# Version 1 gives the same bits on every run, on *this* GPU. Its grid is the number of blocks
+# Version 1 gives the same bits on every run, on *this* GPU. Its {term}`grid` is the number of blocks
 # that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
-# depend on the SM count: a T4, an A100 and an H100 can give different last bits for the same
-# input. Version 2 cuts the input into tiles of 8192 consecutive elements; a warp sums a whole
+# depend on the {term}`SM` count: a T4, an A100 and an H100 can give different last bits for the same
+# input. Version 2 cuts the input into tiles of 8192 consecutive elements; a {term}`warp` sums a whole
 # tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
 #
 # ```{figure} ../book/images/ch4_fixed_order.svg
@@ -233,7 +233,7 @@ print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) i
 # offers (`mse`, with the counter in the workspace, and `mse_global_counter`). Note that `mse`
 # (and `smooth_l1`, `hinge`), the entry points timed below, zero their counter with a
 # `cudaMemsetAsync` before any launch of more than one block: one kernel launch instead of two,
-# but still two operations on the stream.
+# but still two operations on the {term}`stream`.
 
 # %%
 show_source("ch4_two_pass/v3_last_block_finishes.cu")
@@ -309,7 +309,7 @@ check(v4.mse_sequential, "mse")
 # In exact arithmetic Kahan's correction `c = (t - sum) - y` is always 0, so a compiler that
 # treated floats as real numbers would delete it. nvcc never reassociates float additions,
 # not even with `--use_fast_math` (which flushes denormals to zero and approximates division,
-# square roots and `exp`). The PTX of this file, compiled both ways (no GPU needed):
+# square roots and `exp`). The {term}`PTX` of this file, compiled both ways (no GPU needed):
 
 # %% tags=["nbval-ignore-output"]
 from kernels import profile
@@ -338,7 +338,7 @@ print(f"exact:              {1 << 25}")
 # %% [markdown]
 # A tree of depth $\log_2 n$ bounds the error by about $\varepsilon \log_2 n$, and rounding errors
 # of random sign mostly cancel. Our kernels mix both: each thread adds a run of elements
-# sequentially (a few hundred in version 2's tiles, thousands in version 1's grid-stride loop,
+# sequentially (a few hundred in version 2's tiles, thousands in version 1's {term}`grid-stride loop`,
 # at $2^{30}$), then trees and a float64 final pass. Chapter 2's atomics add every block's
 # partial into one float (chapter 2's version 4, shown here by its header). We measure each
 # against the float64 mean at $2^{30}$ elements (errors also in units of the float32 spacing at
@@ -455,8 +455,8 @@ del pred, target
 #
 # - **Up to $2^{18}$ elements, one cluster instead of two passes.** Hopper groups blocks into
 #   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable size)
-#   that run at the same time on neighbouring SMs and can write each other's shared memory
-#   (*distributed shared memory*). Above $2^{14}$ elements version 5 launches a single cluster of
+#   that run at the same time on neighbouring SMs and can write each other's {term}`shared memory`
+#   (*{term}`distributed shared memory`*). Above $2^{14}$ elements version 5 launches a single cluster of
 #   8 blocks of 1024 threads (16 blocks above $2^{17}$) that reads the whole input in one round,
 #   each thread issuing its two or four loads per input before any arithmetic, as the single block
 #   does. Each block adds its part, its thread 0 writes the block's sum into block 0's shared
@@ -476,7 +476,7 @@ del pred, target
 #   none; it cost about half a microsecond a call (`bench/PERFLOG.md`, session 31).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
-#   ten. Hopper (compute capability 9.0) adds *programmatic dependent launch*: pass 2 is queued
+#   ten. Hopper ({term}`compute capability` 9.0) adds *programmatic dependent launch*: pass 2 is queued
 #   with `cudaLaunchKernelEx` and the attribute `cudaLaunchAttributeProgrammaticStreamSerialization`,
 #   each pass-1 block says `griddepcontrol.launch_dependents` (PTX) as it starts, and pass 2's
 #   block, already resident, waits at `griddepcontrol.wait` until pass 1 has finished and its
@@ -489,7 +489,7 @@ del pred, target
 #   outside the kernels and lost as much inside them, in every block's fence and count; from
 #   $2^{22}$ elements on, where a thousand blocks and more count on one counter, it was slower
 #   (`bench/PERFLOG.md`, session 30).
-# - **Inputs read once leave L2 first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
+# - **Inputs read once leave {term}`L2 <L2 cache>` first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
 #   write-back. Larger inputs read with plain loads, which measured faster there (version 3's
@@ -497,7 +497,7 @@ del pred, target
 #   schedules less freely: at three blocks per SM (40 registers per thread) this copy of
 #   pass 1 kept some of its values in local memory, and Smooth L1 ran up to a tenth slower than
 #   with plain loads. `nvcc -Xptxas -v` prints each kernel's registers and "bytes spill
-#   stores"; the copy now asks for two blocks per SM, 64 registers, and spills nothing.
+#   stores"; the copy now asks for two blocks per SM, 64 registers, and {term}`spills <spill>` nothing.
 # - **A broadcast target gets longer tiles.** Hinge's target is one row, which stays in the
 #   caches, so pass 1 streams only the predictions: a tile of 4096 elements streams half the
 #   bytes of a same-shape tile, and what each tile costs besides its bytes (a block to start, a
@@ -755,7 +755,7 @@ for n in (1 << 12, 3000, 1 << 13, 1 << 14):
 # ## Small margins, and a line that can be crossed
 #
 # At the largest sizes version 5, `torch.compile` and `torch.sum` are within a few percent of
-# each other, and the table shows version 5 a little *above* the read bandwidth. One run of a
+# each other, and the table shows version 5 a little *above* the read {term}`bandwidth`. One run of a
 # sweep is not enough to call a difference that small. We time the three again, five times in
 # turn, and print each one's spread:
 
@@ -796,7 +796,7 @@ if counters:
 
 # %% [markdown]
 # Neither keeps DRAM busy all of the time, and version 5's pass 1 keeps it busy a little more
-# of the time than `torch.sum`'s kernel: that is the whole "above 100%". The roofline's limit
+# of the time than `torch.sum`'s kernel: that is the whole "above 100%". The {term}`roofline`'s limit
 # is the hardware's rate; the course's line is a strong, honest, measured stand-in for it,
 # which a kernel can beat by the last percent or two, never by more.
 #

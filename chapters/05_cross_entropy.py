@@ -42,7 +42,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # computes it.
 #
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`warp`,
-# {term}`block`, {term}`reduction`, {term}`stream`.
+# {term}`block`, {term}`reduction`.
 #
 # **Reading time:** about 17 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
@@ -59,8 +59,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # \text{loss} = \frac{1}{N}\sum_i \ell_i .
 # $$
 #
-# It is still a reduction, like the losses of chapters 1 to 4, but a reduction of reductions:
-# every row first needs its own log-sum-exp. This chapter builds one kernel that reads each
+# It is still a {term}`reduction`, like the losses of chapters 1 to 4, but a reduction of reductions:
+# every row first needs its own log-sum-exp. This chapter builds one {term}`kernel` that reads each
 # logit once, computes the row's log-sum-exp in a single pass with the *online softmax*, adds
 # the rows' losses deterministically on the GPU, and, for training, writes the gradient in the
 # same pass.
@@ -184,7 +184,7 @@ print("loss, target 2     :",
 # ```
 #
 # When $x$ is not a new maximum, $m' = m$ and the factor is 1. Two partial results $(m_a, s_a)$
-# and $(m_b, s_b)$ (two threads, two warps) merge by the same rule:
+# and $(m_b, s_b)$ (two {term}`threads <thread>`, two {term}`warps <warp>`) merge by the same rule:
 # $M = \max(m_a, m_b)$, $s = s_a e^{m_a - M} + s_b e^{m_b - M}$. The result is exact in real
 # arithmetic; in floating point it rounds like the two-pass version. In plain Python:
 
@@ -206,7 +206,7 @@ print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
 # %% [markdown]
 # ## Version 1: a block per row, two passes
 #
-# The first kernel is the formula as written: one block of 256 threads per row computes the
+# The first kernel is the formula as written: one {term}`block` of 256 threads per row computes the
 # row's maximum (a block-wide max, as in chapter 3), then the sum of $e^{x_j - m}$, then the
 # row's loss. A second one-block kernel adds the per-row losses in a fixed order in float64
 # (chapter 4's lesson: no float atomics, the same bits on every run) and divides by the number
@@ -265,7 +265,7 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # before any arithmetic, so a warp has many bytes on their way whatever the row length, and the
 # reductions of a short row are a few shuffles, with no `__syncthreads`. (The first version of
 # this kernel gave every short row a whole warp: at 10 classes a warp then had 40 bytes in
-# flight, and the kernel read at a few percent of the bandwidth; `bench/PERFLOG.md` has the
+# flight, and the kernel read at a few percent of the {term}`bandwidth`; `bench/PERFLOG.md` has the
 # numbers.) Rows whose length is not a multiple of four are read one value at a time: a thread
 # per row up to 16 classes, a warp per row up to 512. Rows of a few thousand classes fit in the
 # registers of one block, so the maximum and the sum of exponentials cost a single read of
@@ -674,7 +674,7 @@ if counters:
 # multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence: with `expf`
 # its bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's header
 # has the history). Chapter 1's rule, count the bytes, holds as long as the instructions per
-# byte stay below what the SMs issue; a kernel's profile says how close it is.
+# byte stay below what the {term}`SMs <SM>` issue; a kernel's profile says how close it is.
 #
 # The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
 # classes are fewer than eight blocks per SM. A kernel that splits each row across several

@@ -179,7 +179,7 @@ show_source("common/losses.cuh")
 # %% [markdown]
 # **Bytes.** Computed apart, a training step reads $p$ and $t$ for the forward (8 bytes per
 # float32 element), then reads them again and writes the gradient in the backward (12 more):
-# 20 bytes. The forward already has $p$ and $t$ in registers, so it can write
+# 20 bytes. The forward already has $p$ and $t$ in {term}`registers <register>`, so it can write
 # $\partial\ell/\partial p$ for `grad_output` $= 1$ at once: 8 bytes read, 4 written, 12 in all,
 # and the backward has nothing left to read.
 #
@@ -196,7 +196,7 @@ show_source("common/losses.cuh")
 # graph capture (`wanted` in `kernels/ops/grad_guess.py` says why). Chapter 5's fused
 # cross-entropy keeps a guess the same way.
 #
-# The kernel is chapter 4's version 5 (a block of 512 threads per tile, float64 for the sum of
+# The kernel is chapter 4's version 5 (a {term}`block` of 512 {term}`threads <thread>` per tile, float64 for the sum of
 # the tiles' partials, the same bits on every run), templated over the functor and the dtype,
 # with the gradient written beside the sum. Values are loaded 16 bytes at a time, four float32
 # or eight bfloat16 values, and converted to float32 in registers:
@@ -290,7 +290,7 @@ ops.element_wise, ops.cross_entropy_kernel
 # %% [markdown]
 # ### Checked against float64
 #
-# Loss and gradients of every loss and reduction, in float32 and bfloat16, against PyTorch's own
+# Loss and gradients of every loss and {term}`reduction`, in float32 and bfloat16, against PyTorch's own
 # expression in float64, through `loss.backward(grad_output)` with `grad_output` = 3 (or a random
 # tensor for `reduction="none"`), over the check suite's awkward shapes. The tolerance is
 # $10^{-5}$ for float32 and the precision of the format for bfloat16 (the tests check float16
@@ -379,7 +379,7 @@ print("compiled gradients equal eager ones within 1e-5:",
 
 # %% [markdown]
 # The compiled graph calls our op as one node (`explanation.graphs[0]` prints it). The same
-# ops also work inside a CUDA graph, which replays a recorded sequence of kernels with no
+# ops also work inside a {term}`CUDA graph`, which replays a recorded sequence of kernels with no
 # Python at all: nothing in the forward or the backward waits for the host.
 
 # %% tags=["gpu"]
@@ -471,8 +471,8 @@ except IndexError as error:
 # 1024 before the backward, as gradient scaling in mixed precision does: by 1024 at every step
 # ("x1024", the guess is right from the second step on), and by 1024 and 512 in turn ("x1024
 # or x512", every guess is wrong). Each is timed as chapter 1 taught (the GPU's time, inputs
-# out of L2), in three turns with the median kept: timed one after the other, a step once
-# measured a tenth slower than the same step timed beside it. Effective bandwidth counts the
+# out of {term}`L2 <L2 cache>`), in three turns with the median kept: timed one after the other, a step once
+# measured a tenth slower than the same step timed beside it. Effective {term}`bandwidth` counts the
 # bytes a step must move: the inputs read once and the gradient written once (12 bytes per
 # float32 element for MSE and Smooth L1; 8 for Hinge, whose target is one row shared by every
 # row).

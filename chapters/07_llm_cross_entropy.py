@@ -52,8 +52,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # language model's loss has fewer, much longer rows: one per token, one class per entry of the
 # vocabulary, 128256 for Llama 3, 151936 for Qwen 2, 256000 for Gemma. There two things break:
 #
-# - **A row no longer fits on one SM.** 128256 bf16 logits are 256 KB; an H100 SM has 228 KB
-#   of shared memory and 256 KB of registers, shared by every block on it. Chapter 5's kernel
+# - **A row no longer fits on one {term}`SM`.** 128256 bf16 logits are 256 KB; an H100 SM has 228 KB
+#   of shared memory and 256 KB of {term}`registers <register>`, shared by every block on it. Chapter 5's {term}`kernel`
 #   streams such a row through an online softmax and reads it **a second time** to write the
 #   gradient. This chapter splits the row over a **thread-block cluster**, blocks on up to 16
 #   SMs that read each other's shared memory, so that the row is read once.
@@ -129,7 +129,7 @@ if not CLUSTERS:
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
 #
-# Hopper (compute capability 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an
+# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an
 # opt-in) that the hardware schedules at the same time on SMs of one GPC, and that can read and
 # write each other's **shared memory** (distributed shared memory, DSMEM) and wait on a
 # **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes /
@@ -160,12 +160,12 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu",
 # - **The copy into shared memory is `cp.async`**: 16 bytes from global to shared memory
 #   without a register in between, all of a block's copies in flight at once. A first version
 #   held the slice in registers (64 values per thread): 128 registers per thread allowed 2
-#   blocks per SM, and the same kernel's forward ran well below version 3's bandwidth
+#   blocks per SM, and the same kernel's forward ran well below version 3's {term}`bandwidth`
 #   (`bench/PERFLOG.md` has the measurements); with the slice in shared memory, 6 or 7 blocks
 #   of 128 threads fit on an SM, as many as its shared memory holds: the Nsight Compute table
 #   below shows 7 for bf16 rows of 128256 classes and 6 for fp32 rows of 131072, whose slices
 #   are a full 32 KB (each block also takes the 1 KB of shared memory CUDA reserves per block).
-# - **Every block computes the same log-sum-exp, bit for bit**: each warp adds the `n` blocks'
+# - **Every block computes the same {term}`log-sum-exp`, bit for bit**: each {term}`warp` adds the `n` blocks'
 #   partial sums in the same fixed order, so no block needs to be told the result.
 # - **A block must not exit while its peers still read its shared memory**: after the last
 #   DSMEM read each block *arrives* on the cluster barrier and *waits* on it only after writing
@@ -415,10 +415,10 @@ del x, t
 # also written as a warp per row streaming its row through registers instead of shared memory,
 # for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final launch,
 # by letting the last block to finish add the losses, was measured for version 3 (its header)
-# and was slower: every block then pays a fence and an atomic.
+# and was slower: every block then pays a fence and an {term}`atomic`.
 #
 # Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
-# L2 ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
+# {term}`L2 <L2 cache>` ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
 # does, L2 is left full of modified lines, and the timed call writes them back to memory as its
 # reads evict them. Cleared by reading a buffer, L2 holds only clean lines, which cost nothing
 # to evict. The course's timings read; the cell below times this call and `torch.sum` over the
@@ -488,8 +488,8 @@ else:
 # %% [markdown]
 # The two steps move the same bytes and take about the same time. DRAM is busy most, not all,
 # of the time. Shared memory limits the blocks per SM (32 KB of slice each), not registers, and
-# the achieved occupancy is close to what those blocks allow. Occupancy is low in warps, but it
-# is the bytes in flight that keep memory busy, and each thread here has 16 copies of 16 bytes
+# the achieved {term}`occupancy` is close to what those blocks allow. Occupancy is low in warps, but it
+# is the {term}`bytes in flight` that keep memory busy, and each thread here has 16 copies of 16 bytes
 # in flight. The block size was the last thing tuned: version 4 first had 256 threads per
 # block, which cost bf16 12% (the kernel's header has the sweep). A block's life is three
 # phases, its copies in flight, computation around a cluster barrier, then its stores; during
@@ -498,7 +498,7 @@ else:
 # rows and copies row i+1's slice while it computes row i, was measured too
 # (`bench/PERFLOG.md`) and was **slower**: two slices per block leave 3 blocks per SM. So was
 # its cousin for the forward alone at 32768 x 16384, where a row is one block's slice: a
-# resident grid whose blocks each hold three rows in shared memory, copying the next two while
+# resident {term}`grid` whose blocks each hold three rows in shared memory, copying the next two while
 # they compute one. A prediction that a measurement contradicts is the most useful kind.
 # Exercise 7.3 asks what bf16's twice as many values per byte cost in instructions.
 #

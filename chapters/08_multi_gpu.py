@@ -58,9 +58,9 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #   `ignore_index` differ from batch to batch.
 # - **The vocabulary is split** (tensor parallelism): a language model's output layer is so
 #   large that each GPU holds only some of the classes of every row. No GPU can compute a
-#   row's log-sum-exp alone, and none should receive the others' logits: they are gigabytes.
+#   row's {term}`log-sum-exp` alone, and none should receive the others' logits: they are gigabytes.
 #
-# This chapter computes both with the course's kernels and `torch.distributed` over NCCL, the
+# This chapter computes both with the course's {term}`kernels <kernel>` and `torch.distributed` over {term}`NCCL`, the
 # communication library PyTorch uses on NVIDIA GPUs. Per row, three floats cross the link,
 # against hundreds of thousands of logits; on two H200s the loss's forward and backward run
 # nearly twice as fast as on one (measured below).
@@ -86,7 +86,7 @@ from kernels.ops.vocab_parallel import cross_entropy, shard_bounds
 # %% [markdown]
 # ## One process per GPU
 #
-# A collective operation (an all-reduce, an all-gather) is called by every *rank*, one
+# A collective operation (an {term}`all-reduce`, an all-gather) is called by every *rank*, one
 # process per GPU, and returns when all of them have taken part. A notebook is one process,
 # so the distributed work of this chapter lives in `kernels/ranks.py`: its tasks run in every
 # rank, started by `torchrun` (`python -m torch.distributed.run`), which gives each process its
@@ -160,7 +160,7 @@ mean_run = launch_or_stored("ch8_global_mean", "global_mean", GPUS, GPUS)
 # its gradient trains a different model. The global mean matches the float64 reference to
 # float32 precision and has the same bits on both GPUs, as NCCL promises. It also has the same
 # bits in the three calls of the run, which shows less than it seems: with two ranks there is
-# one addition, and $a + b = b + a$ in floating point, so no order of reduction could change
+# one addition, and $a + b = b + a$ in floating point, so no order of {term}`reduction` could change
 # the bits. Three ranks could (the CPU run below); one run agreeing with itself still says
 # nothing about another machine or another NCCL version.
 #
@@ -192,7 +192,7 @@ Markdown("\n".join(lines))
 # With the output layer split by vocabulary over $R$ GPUs (Megatron-LM's tensor parallelism),
 # rank $r$ computes the logits of its columns $[s_r, s_r + c_r)$ only. The loss of row $i$ needs
 # the log-sum-exp over all columns. Each rank reduces its shard to a max $m_r$ and a sum
-# $S_r = \sum_{j \in r} e^{x_j - m_r}$ (chapter 5's online softmax: one read); then
+# $S_r = \sum_{j \in r} e^{x_j - m_r}$ (chapter 5's {term}`online softmax`: one read); then
 #
 # $$ M = \max_r m_r, \qquad \operatorname{lse} = M + \log \sum_r S_r\, e^{m_r - M}, \qquad
 #    \ell = \operatorname{lse} - (1-\varepsilon)\,x_t - \frac{\varepsilon}{V}\sum_j x_j, $$
@@ -263,7 +263,7 @@ assert all(case["passed"] for case in cpu_check_run["cases"])  # nbval fails on 
 # 8192 tokens over Gemma's 256000 words, and 16384 over Llama 3's 128256 (4.2 GB of logits
 # each). It times the same kernels with the vocabulary on one GPU and split over two, the time
 # of a step being the slowest rank's. On one GPU it also times chapter 5's cross-entropy and
-# PyTorch's on the whole vocabulary. Bandwidths count the least a forward and backward must
+# PyTorch's on the whole vocabulary. {term}`Bandwidths <bandwidth>` count the least a forward and backward must
 # move, reading the logits and writing their gradient once, over all GPUs.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -337,7 +337,7 @@ Markdown("\n".join(table))
 # - "other" is PyTorch's small per-row work between the kernels (rescaling the sums, the loss of
 #   each row, the per-row scales of the gradient): a few µs each.
 #
-# So the scaling efficiency is set by what is *not* split: the all-reduces' latency, the
+# So the scaling efficiency is set by what is *not* split: the all-reduces' {term}`latency`, the
 # per-row work, and the wait for the slower rank. At these sizes they cost 4-5 %; with fewer
 # rows per GPU they would cost relatively more (exercise 8.3).
 #
@@ -345,13 +345,13 @@ Markdown("\n".join(table))
 # chapter 5's version 3, and both are about three times as fast as PyTorch's (the first lines
 # of the timing output). Neither reaches the bound of one read and one write: both read the
 # logits twice, once for the statistics and once for the gradient; version 3 because a row of
-# 256000 bf16 logits does not fit on one SM. Chapter 7's version 4 already removes the second
+# 256000 bf16 logits does not fit on one {term}`SM`. Chapter 7's version 4 already removes the second
 # read on one GPU: it keeps each row on chip across a cluster of SMs, and at 8192 x 128256 bf16
 # its forward and backward beat version 3 by the factor chapter 7's target cell prints. This
 # run does not time version 4, so how much it would gain at these two shapes is not measured
 # here. With the vocabulary split, the second read has a reason of its own: between a shard's
 # statistics and its gradient comes the all-reduce of every rank's statistics, and a kernel
-# cannot hold its shard in shared memory across a collective that runs after it has finished.
+# cannot hold its shard in {term}`shared memory` across a collective that runs after it has finished.
 # Keeping the shard on chip would need the exchange inside the kernel, which this chapter does
 # not do.
 #

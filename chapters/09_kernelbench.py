@@ -52,7 +52,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # timed against it. Its level 1 holds single operators, and four of them are this course's
 # losses: problem 94 (MSELoss), 95 (CrossEntropyLoss), 96 (HuberLoss) and 100 (HingeLoss).
 #
-# This chapter enters the course's final kernels for those four problems, under KernelBench's
+# This chapter enters the course's final {term}`kernels <kernel>` for those four problems, under KernelBench's
 # own rules, and asks what the rules prove. A benchmark that scores programs by speed invites
 # programs that look fast without doing the work; KernelBench's authors say so themselves
 # ("if the model can reward hack, it will find ways to reward hack", in its `EVAL.md`) and test
@@ -151,7 +151,7 @@ print(kernelbench.trial_seeds())
 # **Timing.** New inputs from seed 42; `ModelNew` is called 3 times to warm up (the reference
 # 5), then timed with a pair of CUDA events per call over 100 calls, plus a first one thrown
 # away. Before each call the device is synchronised and 256 MB are written to evict the inputs
-# from L2 (which at 4 GiB they do not fit anyway); after it, the device is synchronised again.
+# from {term}`L2 <L2 cache>` (which at 4 GiB they do not fit anyway); after it, the device is synchronised again.
 # KernelBench reports the mean, and the speed-up is the reference's mean over `ModelNew`'s,
 # against eager `Model` and against `torch.compile(Model)`. A speed-up over eager above 10x is
 # flagged for a human to look at, not failed. Our timer does the same, and three things more:
@@ -382,7 +382,7 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 
 # %% [markdown]
 # **What to expect.** Every one of these problems is memory-bound: the time is the bytes moved
-# divided by the bandwidth. Our kernels read each input once. Eager PyTorch runs one kernel per
+# divided by the {term}`bandwidth`. Our kernels read each input once. Eager PyTorch runs one kernel per
 # operation of the expression, each reading and writing a 4 GiB intermediate:
 #
 # | problem | eager PyTorch's passes over memory | GB moved | ours | expected vs eager |
@@ -542,7 +542,7 @@ for baseline in ("eager", "torch.compile"):
 # ```{admonition} Hint
 # :class: dropdown
 #
-# Read the predictions 16 bytes at a time (`float4`), several loads in flight per thread; the
+# Read the predictions 16 bytes at a time (`float4`), several loads in flight per {term}`thread`; the
 # four values of a `float4` share a row, so their labels are `targets[c .. c + 3]` for
 # `c = (4 i) mod 32768`. Sum in `float` per thread,
 # in `double` across blocks (chapter 4), and launch on the current stream

@@ -74,6 +74,12 @@ def test_folds_code_and_display_math_are_not_core_path():
     assert "Read this." in core and "shown words" in core and ":class:" not in core
 
 
+def test_a_glossary_link_counts_as_the_words_it_shows():
+    core = prose_stats.core_path("The {term}`warps <warp>` of a {term}`block` meet.")
+    assert core == "The warps of a block meet."
+    assert prose_stats.words(core) == 6
+
+
 def test_sentences_and_long_ones():
     text = "# A heading\n\nOne short sentence. " + "Word " + " ".join(["word"] * 40) + ".\n\n- an item"
     sents = prose_stats.sentences(text)

@@ -31,6 +31,8 @@ FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,}|:{3,})(.*)$")
 LAB_NOTEBOOK = re.compile(
     r"PERFLOG|\bsession \d+|\bearlier runs?\b|\ba first version\b|\bthis run\b", re.I)
 WORD = re.compile(r"[\w$`'’.,%/+\-–×]+")
+# A glossary link reads as its shown text: {term}`warps <warp>` is the one word "warps".
+TERM_ROLE = re.compile(r"\{term\}`([^`<]*?)\s*(?:<[^>`]*>)?`")
 
 
 def _folded(info: str, options: list[str]) -> bool:
@@ -40,7 +42,8 @@ def _folded(info: str, options: list[str]) -> bool:
 
 def core_path(markdown: str) -> str:
     """The markdown a reader sees without opening a fold: folds, code blocks and display math
-    removed, directive option lines (``:class: note``) dropped."""
+    removed, directive option lines (``:class: note``) dropped, a ``{term}`` link read as the
+    text it shows."""
     lines = markdown.splitlines()
     kept: list[str] = []
     stack: list[tuple[str, bool, bool]] = []  # open fences: (marker, hidden, a code block)
@@ -68,7 +71,7 @@ def core_path(markdown: str) -> str:
                 continue
         if not hidden:
             kept.append(line)
-    text = "\n".join(kept)
+    text = TERM_ROLE.sub(r"\1", "\n".join(kept))
     return re.sub(r"\$\$.+?\$\$", " ", text, flags=re.S)
 
 
