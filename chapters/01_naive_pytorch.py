@@ -737,6 +737,8 @@ from kernels.exercises.ch1_checks import (check_ce_roofline, check_mse_model,
 # ```{exercise} The bytes of eager Smooth L1
 # :label: ch1-smooth-l1-bytes
 #
+# **Difficulty:** ★☆☆ (easy) · **Time:** about 20 minutes
+#
 # The trace above sees Smooth L1 as one operator, `smooth_l1_loss`, but the profiler output
 # lists what the GPU ran for it. From the kernels it launches, and what each one must read and
 # write, predict how many bytes eager Smooth L1 moves at $2^{30}$ elements (float32). (At
@@ -762,6 +764,8 @@ check_smooth_l1_bytes(smooth_l1_bytes)
 # %% [markdown]
 # ```{exercise} A model of eager MSE's time
 # :label: ch1-launch-crossover
+#
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
 # Build a two-term model of eager MSE's time from this chapter's measurements: a fixed cost,
 # the time measured at the smallest size (the launches of its kernels, which move almost no
@@ -795,6 +799,8 @@ check_mse_model(eager_mse_bytes_per_element, eager_mse_model_ms, rows)
 # %% [markdown]
 # ```{exercise} The roofline of cross-entropy
 # :label: ch1-ce-roofline
+#
+# **Difficulty:** ★☆☆ (easy) · **Time:** about 15 minutes
 #
 # For cross-entropy at KernelBench's size ($32768 \times 4096$ float32 logits, int64
 # targets), counting 4 flops per logit and only the bytes that must be read: compute the

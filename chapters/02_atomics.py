@@ -519,6 +519,8 @@ print(profile.excerpt(instructions, r"LDG", 6))
 # ```{exercise}
 # :label: ex-ch2-warp-atomics
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+#
 # Give version 1 warp-aggregated atomics: keep one element per thread and no loop, but let the
 # 32 lanes of a warp add their values with `__shfl_down_sync` so that only lane 0 calls
 # `atomicAdd`. Edit `kernels/exercises/ch2_warp_atomics.cu` (its `TODO`) and run the check below
@@ -551,6 +553,8 @@ if ch.exercise("exercises/ch2_warp_atomics.cu",
 # %% [markdown]
 # ```{exercise}
 # :label: ex-ch2-race
+#
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 45 minutes
 #
 # `kernels/exercises/ch2_race.cu` sums per thread, then per block in a shared-memory float, then
 # one atomic per block. The check fails, and not always with the same wrong value. Find the

@@ -446,6 +446,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # ```{exercise}
 # :label: ex-ch3-smooth-l1
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 45 minutes
+#
 # `kernels/exercises/ch3_smooth_l1.cu` is the chapter's reduction skeleton in its simplest form
 # (version 6 without the vector loads) with a loss functor `MySmoothL1` that still computes the
 # squared error. Write Smooth L1 (`F.smooth_l1_loss`, $\beta = 1$): $\frac12 d^2$ if $|d| < 1$,
@@ -476,6 +478,8 @@ if ch.exercise("exercises/ch3_smooth_l1.cu",
 # ```{exercise}
 # :label: ex-ch3-broken-reduction
 #
+# **Difficulty:** ★☆☆ (easy) · **Time:** about 20 minutes
+#
 # `kernels/exercises/ch3_broken_reduction.cu` is version 3 retyped from memory, and the check
 # fails for every input of more than one element. Find the bug and fix it. Would the check also
 # catch a missing `__syncthreads()`?
@@ -497,6 +501,8 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 # %% [markdown]
 # ```{exercise}
 # :label: ex-ch3-padded-tree
+#
+# **Difficulty:** ★★★ (hard) · **Time:** about 60 minutes
 #
 # Version 3 removed version 2's bank conflicts by changing the order of the additions. The
 # other classic cure keeps the order and moves the data: `kernels/exercises/ch3_padded_tree.cu`

@@ -824,6 +824,8 @@ if counters:
 # ```{exercise}
 # :label: ex-ch4-kahan
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+#
 # `kernels/exercises/ch4_kahan.cu` writes one partial per 1024 elements and adds the partials in
 # pass 2 with one thread, sequentially, in float. It passes the usual check, but not a strict one
 # (relative error at most $2 \times 10^{-7}$ at about $2^{26}$ elements). Keep the float
@@ -848,6 +850,8 @@ ch.exercise("exercises/ch4_kahan.cu", check_kahan);
 # %% [markdown]
 # ```{exercise}
 # :label: ex-ch4-last-block
+#
+# **Difficulty:** ★★★ (hard) · **Time:** about 45 minutes
 #
 # `kernels/exercises/ch4_last_block.cu` finishes in one launch with a counter of finished blocks,
 # a `__device__` global. The first call is right, every later one is wrong: the check passes its

@@ -705,6 +705,8 @@ if counters:
 # ```{exercise}
 # :label: ch5-ignore-index
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+#
 # `kernels/exercises/ch5_ignore_index.cu` computes the cross-entropy of every row whose target
 # is a class, but knows nothing of `ignore_index`: a target of $-100$ is taken for a bad
 # target: its row adds nothing to the loss, but the mean still counts it. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
@@ -735,6 +737,8 @@ if ch.exercise("exercises/ch5_ignore_index.cu", check_ignore_index):
 # ```{exercise}
 # :label: ch5-online-softmax
 #
+# **Difficulty:** ★☆☆ (easy) · **Time:** about 20 minutes
+#
 # On paper: a thread has seen logits $x_1, \dots, x_k$ and keeps $m = \max_i x_i$ and
 # $s = \sum_i e^{x_i - m}$. A new logit $x$ arrives. Write the new $(m', s')$ in terms of
 # $m$, $s$ and $x$ only, and check your formula for $x < m$, $x > m$ and the first logit
@@ -761,6 +765,8 @@ ch.exercise("exercises/ch5_online_softmax.cu", check_online_softmax);
 # %% [markdown]
 # ```{exercise}
 # :label: ch5-label-smoothing
+#
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 40 minutes
 #
 # With label smoothing $\varepsilon$ the target distribution is
 # $q_j = (1 - \varepsilon)[j = t] + \varepsilon / C$ and the loss of a row is

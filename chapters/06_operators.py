@@ -857,6 +857,8 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
 # ```{exercise}
 # :label: ch6-log-cosh
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 45 minutes
+#
 # Add a loss operator: log-cosh, $\ell = \log\cosh(p - t)$, a smooth cousin of Smooth L1.
 # `kernels/exercises/ch6_log_cosh.cu` declares it as a functor for
 # `kernels/common/fused_loss.cuh` (shown below), which turns it into the whole operator:
@@ -901,6 +903,8 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 # ```{exercise}
 # :label: ch6-in-place
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+#
 # The backward of `kernels/operators.py` multiplies the saved gradient by `grad_output` in
 # place in eager mode, and out of place when traced by `torch.compile`. Predict what breaks if
 # it always wrote in place, then try it: remove the `type(grad) is not torch.Tensor` branch of
@@ -912,6 +916,8 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 #
 # ```{exercise}
 # :label: ch6-scale-cost
+#
+# **Difficulty:** ★★★ (hard) · **Time:** about 45 minutes
 #
 # From the bytes each step moves, predict the ratio of the time of a forward + backward whose
 # guess of `grad_output` is wrong (the loss multiplied by 1024 and 512 in turn) to the time

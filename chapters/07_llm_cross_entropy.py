@@ -797,6 +797,8 @@ plt.show()
 # ```{exercise}
 # :label: ch7-which-path
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+#
 # For each of these rows, say which kernel of version 4 runs it on an H100 for a training step
 # (forward and backward), with how many blocks per row and how many bytes of shared memory per
 # block, then for the forward alone: Gemma's 256000 classes in bf16 and in fp32, GPT-2's 50257
@@ -806,6 +808,8 @@ plt.show()
 #
 # ```{exercise}
 # :label: ch7-chunk-model
+#
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
 # Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at
 # the GPU's bf16 tensor-core rate) plus, per chunk, one read and one write of the weight's
@@ -817,6 +821,8 @@ plt.show()
 # ```{exercise}
 # :label: ch7-bf16-work
 #
+# **Difficulty:** ★★★ (hard) · **Time:** about 60 minutes
+#
 # Forward and backward at 8192 x 128256 bf16 and at 4096 x 131072 fp32 move the same bytes,
 # and version 4 takes about the same time for both. Count, per 16-byte vector, the
 # instructions each pass of the kernel runs for each dtype (conversions, max, exp as one FFMA
@@ -827,6 +833,8 @@ plt.show()
 #
 # ```{exercise}
 # :label: ch7-split-rows
+#
+# **Difficulty:** ★★★ (hard) · **Time:** about 90 minutes
 #
 # Clusters serve training, where the row must stay on chip for the gradient. The forward alone
 # over a few long rows (the last position of 32 sequences, when a model samples its next

@@ -460,6 +460,8 @@ Markdown("\n".join(table))
 # ```{exercise}
 # :label: ch8-one-collective
 #
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 40 minutes
+#
 # The forward makes two collective calls per step: the max, then the sums. Each pays NCCL's
 # latency, and the second cannot start before the first has returned. Write
 # `row_log_sum_exp` with **one** collective: gather every rank's four statistics per row
@@ -479,6 +481,8 @@ check_one_collective(os.path.join(ROOT, "kernels", "exercises", "ch8_one_collect
 # ```{exercise}
 # :label: ch8-ddp-scale
 #
+# **Difficulty:** ★☆☆ (easy) · **Time:** about 20 minutes
+#
 # With `torch.nn.parallel.DistributedDataParallel`, each rank calls `backward()` on its own
 # loss, and DDP then *averages* the ranks' gradients of the weights. If each rank's loss is the
 # global mean of this chapter (the same value on every rank), by what must it be multiplied so
@@ -488,6 +492,8 @@ check_one_collective(os.path.join(ROOT, "kernels", "exercises", "ch8_one_collect
 #
 # ```{exercise}
 # :label: ch8-where-scaling-stops
+#
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
 # From the table of the profiler above, model a step's time on $R$ GPUs as the split work
 # (the two kernels, divided by $R$) plus what is not split (the all-reduces and the per-row

@@ -530,6 +530,8 @@ for baseline in ("eager", "torch.compile"):
 # ```{exercise}
 # :label: ch9-model-new
 #
+# **Difficulty:** ★★★ (hard) · **Time:** about 90 minutes
+#
 # Write your own `ModelNew` for problem 100 in `kernels/exercises/ch9_model_new.py`, a file in
 # KernelBench's form, and validate it with the cell below, which runs it in a process of its own.
 # As given, the file computes the reference's expression with PyTorch: the static checks reject
@@ -559,6 +561,8 @@ grade("exercises/ch9_model_new.py", mine.passed, mine.verdict)  # an attempt tha
 # %% [markdown]
 # ```{exercise}
 # :label: ch9-beat-the-checks
+#
+# **Difficulty:** ★★★ (hard) · **Time:** about 60 minutes
 #
 # The checks of this chapter are still not complete. Write a `ModelNew` for problem 94 that
 # passes every one of them (`kernelbench.evaluate(...).passed` is True) at KernelBench's size,

@@ -80,6 +80,26 @@ def test_a_glossary_link_counts_as_the_words_it_shows():
     assert prose_stats.words(core) == 6
 
 
+def test_every_exercise_opens_with_its_difficulty_and_time():
+    """Issue 58: each exercise says its difficulty and time, first, in one form the counter knows."""
+    unlabelled, checked = [], 0
+    for path in CHAPTERS:
+        for md in prose_stats.chapter_markdown(path):
+            for body in re.findall(r"^```+\{exercise\}[^\n]*\n((?:\s*:[\w-]+:.*\n)*\s*\n)?(.*)",
+                                   md, re.M):
+                checked += 1
+                if not prose_stats.EXERCISE_LABEL.match(body[1].strip()):
+                    unlabelled.append(f"{path.stem}: {body[1][:60]}")
+    assert not unlabelled, unlabelled
+    assert checked >= 25, checked
+
+
+def test_an_exercise_label_is_not_prose():
+    label = "**Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes"
+    assert prose_stats.core_path(f"```{{exercise}}\n:label: x\n\n{label}\n\nDo it.\n```").split() \
+        == ["Do", "it."]
+
+
 def test_sentences_and_long_ones():
     text = "# A heading\n\nOne short sentence. " + "Word " + " ".join(["word"] * 40) + ".\n\n- an item"
     sents = prose_stats.sentences(text)

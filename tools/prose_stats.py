@@ -32,6 +32,10 @@ LAB_NOTEBOOK = re.compile(
     r"PERFLOG|\bsession \d+|\bearlier runs?\b|\ba first version\b|\bthis run\b", re.I)
 WORD = re.compile(r"[\w$`'’.,%/+\-–×]+")
 # A glossary link reads as its shown text: {term}`warps <warp>` is the one word "warps".
+# An exercise's first line, its difficulty and time: a label, like a directive's options.
+EXERCISE_LABEL = re.compile(
+    r"^\*\*Difficulty:\*\* (★☆☆ \(easy\)|★★☆ \(moderate\)|★★★ \(hard\)) · "
+    r"\*\*Time:\*\* about \d+ minutes$")
 TERM_ROLE = re.compile(r"\{term\}`([^`<]*?)\s*(?:<[^>`]*>)?`")
 
 
@@ -42,8 +46,8 @@ def _folded(info: str, options: list[str]) -> bool:
 
 def core_path(markdown: str) -> str:
     """The markdown a reader sees without opening a fold: folds, code blocks and display math
-    removed, directive option lines (``:class: note``) dropped, a ``{term}`` link read as the
-    text it shows."""
+    removed, directive option lines (``:class: note``) and exercises' difficulty labels dropped,
+    a ``{term}`` link read as the text it shows."""
     lines = markdown.splitlines()
     kept: list[str] = []
     stack: list[tuple[str, bool, bool]] = []  # open fences: (marker, hidden, a code block)
@@ -69,7 +73,7 @@ def core_path(markdown: str) -> str:
                 else:
                     stack.append((marker, True, True))  # a code block: not prose
                 continue
-        if not hidden:
+        if not hidden and not EXERCISE_LABEL.match(line.strip()):
             kept.append(line)
     text = TERM_ROLE.sub(r"\1", "\n".join(kept))
     return re.sub(r"\$\$.+?\$\$", " ", text, flags=re.S)
