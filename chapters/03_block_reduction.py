@@ -450,19 +450,23 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 #
 # `kernels/exercises/ch3_smooth_l1.cu` is the chapter's reduction skeleton in its simplest form
 # (version 6 without the vector loads) with a loss functor `MySmoothL1` that still computes the
-# squared error. Write Smooth L1 (`F.smooth_l1_loss`, $\beta = 1$): $\frac12 d^2$ if $|d| < 1$,
-# else $|d| - \frac12$, with $d = p - t$. Try it without looking at `losses.cuh`; then try a version
-# without a branch. The check adds NaN and infinite inputs to the usual cases: PyTorch's loss
-# of a NaN is NaN, and yours must be too. **Target**: 95% of version 6's speed on Smooth L1 at
-# $2^{28}$ elements, timed side by side on your GPU. On an H100 a right functor in the
-# skeleton's loop misses it (`bench/PERFLOG.md` has the measurement): what did version 6
-# change in the loads?
+# squared error. The exercise has two parts. First the value: write Smooth L1
+# (`F.smooth_l1_loss`, $\beta = 1$): $\frac12 d^2$ if $|d| < 1$, else $|d| - \frac12$, with
+# $d = p - t$. Try it without looking at `losses.cuh`; then try a version without a branch. The
+# check adds NaN and infinite inputs to the usual cases: PyTorch's loss of a NaN is NaN, and
+# yours must be too. Then the speed. **Target**: 95% of version 6's speed on Smooth L1 at
+# $2^{28}$ elements, timed side by side on your GPU. On an H100 the right functor in the
+# skeleton's scalar loop misses it, so this part changes the loop too: give it version 6's loads.
 # ```
 #
 # ```{admonition} Hint
 # :class: dropdown
-# Only the body of `operator()` changes. Without a branch: with $m = \min(|d|, 1)$, the loss is
-# $\frac12 m^2 + (|d| - m)$. Watch NaN: `fminf(NaN, 1)` is 1, but PyTorch's loss of a NaN is NaN.
+# The value is the body of `operator()` alone. Without a branch: with $m = \min(|d|, 1)$, the loss
+# is $\frac12 m^2 + (|d| - m)$. Watch NaN: `fminf(NaN, 1)` is 1, but PyTorch's loss of a NaN is
+# NaN. The speed is in the loop: where both inputs are 16-byte aligned and the target is not
+# broadcast, version 6 reads `float4` vectors, two of each input in flight per iteration, and
+# keeps the scalar loop for the rest (the last `n % 4` elements, misaligned views, a broadcast
+# target).
 # ```
 
 # %% tags=["nbval-ignore-output"]

@@ -44,8 +44,8 @@ from kernels.notebook import show_source
 # :class: dropdown
 # ```
 #
-# Only the functor changes: the reduction, the grid and the launch are the skeleton's. The
-# solution is written without a branch: with $m = \min(|d|, 1)$, the loss $\frac12 m^2 + (|d| - m)$
+# The value needs only the functor; the target needs the loads as well (below). The reduction,
+# the grid and the launch are the skeleton's. The functor is written without a branch: with $m = \min(|d|, 1)$, the loss $\frac12 m^2 + (|d| - m)$
 # is $\frac12 d^2$ when $|d| < 1$ and $|d| - \frac12$ otherwise. `fminf` returns the number when one
 # argument is NaN, so a NaN difference is returned explicitly first (PyTorch's loss of a NaN is
 # NaN). The branch in `kernels/common/losses.cuh` is just as good: both sides are a couple of
