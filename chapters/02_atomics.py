@@ -558,10 +558,11 @@ if ch.exercise("exercises/ch2_warp_atomics.cu",
 #
 # `kernels/exercises/ch2_race.cu` sums per thread, then per block in a shared-memory float, then
 # one atomic per block. The check fails, and not always with the same wrong value. Find the
-# race and fix it. Then find a faster fix than the first one you thought of. **Target**: 85% of
-# the read bandwidth at $2^{28}$ elements (any correct fix reaches it there: the atomics come
-# once per thread, at the end); then time your two fixes at $2^{16}$ elements, where they do
-# not.
+# race and fix it. The check below verifies your fix and its speed. **Target**: 85% of the read
+# bandwidth at $2^{28}$ elements, which any correct fix reaches: each thread adds to the block's
+# sum once, after a long loop. *To discuss:* the race has more than one fix. Which would you
+# expect to be faster at $2^{16}$ elements, where each thread has one element, and why? The
+# solutions time two fixes side by side at both sizes.
 # ```
 #
 # ```{admonition} Hint

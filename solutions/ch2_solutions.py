@@ -121,7 +121,7 @@ solution = load(f"{ROOT}/solutions/kernels/ch2_race.cu")
 check(solution.mse, "mse")
 
 # %% [markdown]
-# The target, and the two fixes side by side: at $2^{28}$ elements each thread adds its sum to
+# The target, and the two fixes side by side (the exercise's question to discuss): at $2^{28}$ elements each thread adds its sum to
 # shared memory once, at the end of a long loop, so both fixes run at the same speed; at
 # $2^{16}$ elements a thread has one element, and the 256 shared-memory atomics per block of
 # the smallest fix take turns on one word: at that size they make it more than twice as slow
