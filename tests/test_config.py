@@ -89,9 +89,14 @@ def test_only_ci_applies_the_torch_pin():
     """A learner's make install keeps their torch (requirements.txt: torch>=2.5); .ci/run pins it."""
     import subprocess
 
+    import os
+
+    # CI's own run exports CONSTRAINTS (.ci/run): a learner's environment has none.
+    env = {k: v for k, v in os.environ.items() if k not in ("CONSTRAINTS", "MAKEFLAGS", "MFLAGS")}
+
     def dry_run(*args):  # make -n: prints the install commands, runs nothing
         return subprocess.run(["make", "-n", "-W", "requirements.txt", "install", *args], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout
+                              capture_output=True, text=True, check=True, env=env).stdout
 
     assert "pip install -q -r requirements.txt" in dry_run() and " -c " not in dry_run()
     assert "-r requirements.txt -c .ci/constraints.txt" in dry_run("CONSTRAINTS=.ci/constraints.txt")
