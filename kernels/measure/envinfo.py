@@ -54,6 +54,8 @@ def environment() -> dict:
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     return {
         "gpu": gpu,
+        # how many the process sees: chapter 8's runs say they had two or more
+        "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "driver": driver_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "none",
