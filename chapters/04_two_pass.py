@@ -45,7 +45,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`spill`, {term}`compute capability`, {term}`grid-stride loop`, {term}`stream`,
 # {term}`roofline`.
 #
-# **Reading time:** about 24 minutes. **Run time:** about 3 minutes
+# **Reading time:** about 16 minutes. **Run time:** about 3 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -124,7 +124,7 @@ finally:
 #
 # Version 1 gives the same bits on every run, on *this* GPU. Its {term}`grid` is the number of blocks
 # that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
-# depend on the {term}`SM` count: a T4, an A100 and an H100 can give different last bits for the same
+# depend on the {term}`SM` count. A T4, an A100 and an H100 can give different last bits for the same
 # input. Version 2 cuts the input into tiles of 8192 consecutive elements; a {term}`warp` sums a whole
 # tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
 #
@@ -193,8 +193,7 @@ if example:
 
 # %% [markdown]
 # Version 1's sum of partials changes with the grid in its last digits; version 2's cannot. After
-# the division the mean is rounded to float32, which hides such a small difference most of the
-# time, but not when the exact mean lies close to a rounding boundary: then the last bit flips,
+# the division the mean is rounded to float32, which hides such a small difference most of the time. It does not when the exact mean lies close to a rounding boundary: then the last bit flips,
 # for a few inputs in a hundred above. Reproducible bits need an order that does not depend on
 # the launch, not luck.
 #
@@ -226,7 +225,7 @@ print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) i
 # ## Version 3: one launch, the last block finishes
 #
 # Two launches cost two launch latencies, which dominate at small sizes. Version 3 keeps
-# version 2's tiles and lets the *last* block to finish do pass 2: every block counts itself done
+# version 2's tiles and lets the *last* block to finish do pass 2. Every block counts itself done
 # on an atomic counter, and the one that sees the count reach the grid size knows all partials
 # are written. It adds them in the same fixed order, so which block happens to be last changes
 # nothing. The counter must be 0 at every launch; the header explains the two ways the file
@@ -287,8 +286,7 @@ for i, name in enumerate(["v2", "v3"]):
 #
 # Version 4 is version 2 with one change inside each lane: Kahan's compensated summation, which
 # carries the rounding error of every addition in a second float. The file also defines two
-# deliberately careless variants, so that one kernel file holds the whole accuracy study:
-# `mse_float_tree` (version 2's tiles, but the final pass in float32) and `mse_sequential` (no
+# deliberately careless variants, so that one kernel file holds the whole accuracy study. They are `mse_float_tree` (version 2's tiles, but the final pass in float32) and `mse_sequential` (no
 # tiles: each lane adds its whole grid-stride share in one float).
 
 # %%
@@ -307,9 +305,7 @@ check(v4.mse_sequential, "mse")
 
 # %% [markdown]
 # In exact arithmetic Kahan's correction `c = (t - sum) - y` is always 0, so a compiler that
-# treated floats as real numbers would delete it. nvcc never reassociates float additions,
-# not even with `--use_fast_math` (which flushes denormals to zero and approximates division,
-# square roots and `exp`). The {term}`PTX` of this file, compiled both ways (no GPU needed):
+# treated floats as real numbers would delete it. nvcc never reassociates float additions, not even with `--use_fast_math`. (That flag flushes denormals to zero and approximates division, square roots and `exp`.) The {term}`PTX` of this file, compiled both ways (no GPU needed):
 
 # %% tags=["nbval-ignore-output"]
 from kernels import profile
@@ -323,8 +319,7 @@ for flags in ((), ("--use_fast_math",)):
 # %% [markdown]
 # ## How accurate is a float32 sum of $2^{30}$ values?
 #
-# Adding $n$ numbers one after another into one float, each addition rounds to the precision of
-# the running sum: the error can grow like $n \varepsilon$ ($\varepsilon = 2^{-24}$ for float32),
+# Adding $n$ numbers one after another into one float, each addition rounds to the precision of the running sum. The error can grow like $n \varepsilon$ ($\varepsilon = 2^{-24}$ for float32),
 # and once the sum is large enough, small addends vanish entirely. The classic demonstration, on
 # the CPU: $2^{25}$ ones added sequentially in float32 stop growing at $2^{24}$, while a pairwise
 # (tree) sum is exact:
@@ -389,8 +384,7 @@ torch.cuda.empty_cache()
 # per resident block) moves from run to run, as the atomic ones do, and can land as far (in this
 # run, see its line). Version 4's `mse_sequential`, which keeps a lane's whole share in one float
 # and adds the warps' partials in float32, is about two ulp away; `torch.mean` is within an ulp.
-# Every other variant lands on the same float32 value, a small fraction of an ulp from the float64
-# mean, that is, the float32 value nearest to it: version 1, whose threads each add a few thousand
+# Every other variant lands on the same float32 value, a small fraction of an ulp from the float64 mean, that is, the float32 value nearest to it. They are version 1, whose threads each add a few thousand
 # elements, versions 2 and 3, whose warps each add a tile, with the float64 final pass, the
 # float32 final pass (`mse_float_tree`) and Kahan's compensated lanes (version 4) alike. On this
 # input, then, the float64 final pass and the compensation change nothing in the result, because
@@ -419,14 +413,18 @@ del pred, target
 # %% [markdown]
 # Two Triton kernels: the first is launched with `xnumel` = 8192 programs, each reducing
 # `r0_numel` = 131072 consecutive elements to one partial; the second adds the 8192 partials.
-# That is version 2's two passes with a different split of the work. Nsight Compute
+# That is version 2's two passes with a different split of the work. Version 5 copies the shape. A tile belongs to a block of 512 threads that read it together, and
+# the grid has one block per tile, so the hardware hands out tiles as SMs free up. Small inputs get
+# one block that writes the mean itself, and sizes that fill the block's loads exactly skip the
+# bounds checks, as Inductor's program, compiled for one size, does.
+#
+# ```{dropdown} Going deeper: what the profiler showed, and the small and exact sizes
+# Nsight Compute
 # (`ncu --metrics launch__grid_size,launch__block_size,launch__registers_per_thread,...`; the
 # numbers are in `bench/PERFLOG.md`) adds what the code does not say: 512 threads per program
 # and few registers per thread, so more warps per SM than version 3, whose resident grid of
 # 256-thread blocks gives every warp a fixed list of tiles; and DRAM busy for a larger share of
-# the kernel's time. Version 5 copies the shape: a tile belongs to a block of 512 threads that
-# read it together, the grid has one block per tile so the hardware hands out tiles as SMs free
-# up, and `__launch_bounds__(512, 3)` keeps the registers at 40, three blocks per SM. Tiles start
+# the kernel's time. Hence the copy: `__launch_bounds__(512, 3)` keeps the registers at 40, three blocks per SM. Tiles start
 # at 4096 elements and double until there are at most 8192 of them. Small inputs (up to
 # $2^{14}$ elements) get one block of 1024 threads that writes the mean itself: at $2^{12}$
 # elements the profiler showed version 3's kernel taking more than twice as long as Inductor's
@@ -448,10 +446,18 @@ del pred, target
 # meets the same target vector, which that copy reads once (Inductor's program folds its loads'
 # indices into one the same way). After the ratio tables below, the chapter times version 5
 # beside a `torch.compile` built for every size, which has no constants to fold.
+# ```
 #
-# Four more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a run takes
-# microseconds, not milliseconds, and the first version 5 was a few percent to a sixth slower than
-# `torch.compile`:
+# Four more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a call takes
+# microseconds, not milliseconds. Up to $2^{18}$ elements one thread-block cluster replaces the two
+# passes. Above that, pass 2 is launched before pass 1 ends. Inputs read once leave L2 first, and a
+# broadcast target gets longer tiles. The first three are switches in the file (`CLUSTERS`,
+# `DEPENDENT_LAUNCH`, `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of
+# them and time the four builds beside `torch.compile`. Its table is after the measurements below.
+#
+# ```{dropdown} Going deeper: clusters, dependent launch, evict-first loads, longer tiles
+# Without these four changes version 5 was a few percent to a sixth slower than `torch.compile` at
+# the middle sizes (`bench/PERFLOG.md`). What each one does, and what it cost to get right:
 #
 # - **Up to $2^{18}$ elements, one cluster instead of two passes.** Hopper groups blocks into
 #   *thread-block clusters*: up to 8 blocks (16 where the GPU allows a larger, non-portable size)
@@ -508,10 +514,7 @@ del pred, target
 #   tiles of 8192 elements in blocks of 256 threads, six per SM: pass 1 closed part of that gap
 #   at $2^{22}$ and all of it at $2^{24}$. Below $2^{21}$ the tiles are few, and the longer
 #   ones were slower.
-#
-# The first three changes are switches in the file (`CLUSTERS`, `DEPENDENT_LAUNCH`,
-# `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of them and time
-# the four builds beside `torch.compile`. Its table is after the measurements below.
+# ```
 
 # %%
 show_source("ch4_two_pass/v5_block_tiles.cu")
@@ -565,8 +568,7 @@ print(f"{len(measured)} measurements saved")
 
 # %% [markdown]
 # Which of version 2 (two launches, warp tiles), version 3 (one launch, a counter) and version 5
-# (block tiles; one launch of a cluster up to $2^{18}$ elements, two launches above) is fastest,
-# size by size, read from the measurements:
+# (block tiles; one launch of a cluster up to $2^{18}$ elements, two launches above) is fastest, size by size? Read it from the measurements:
 
 # %% tags=["nbval-ignore-output"]
 rows = ch.rows()
@@ -611,15 +613,20 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # What we expected: at large sizes a second launch is a few microseconds against milliseconds of
 # reading, and at small sizes a launch is most of the time, where one launch should win. What the
 # measurements show: version 3's single launch gains nothing consistent over version 2 on this
-# GPU. In this run it is ahead at the smallest size, $2^{12}$ elements, by several percent, and
-# level or behind everywhere else, by up to a sixth at $2^{14}$. The benchmark keeps the GPU busy
+# GPU. In the stored sweep (the plots above) it is ahead at the smallest size, $2^{12}$ elements,
+# by several percent, and level or behind everywhere else, by up to a sixth at $2^{14}$. What made
+# the difference is the shape of the work. Version 5 has Inductor's grid and a single block for
+# small inputs, and at the middle sizes a cluster, a second pass that starts early and evict-first
+# loads. It is the fastest of the three at all or nearly all sizes for all three losses (the count
+# above), so it is the chapter's final kernel. The plots and the choice come from the same CSV,
+# `book/results/ch4.csv`.
+#
+# ```{dropdown} Going deeper: why one launch saves so little
+# The benchmark keeps the GPU busy
 # while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind
 # the first costs little GPU time, and version 3's timed entry points put a memset on the stream
-# before their kernel anyway. What made the difference is the shape of the work: version 5, with
-# Inductor's grid, a single block for small inputs, a cluster, a second pass that starts early and
-# evict-first loads at the middle sizes, is the fastest of the three at all or nearly all sizes
-# for all three losses (the count above), so it is the chapter's final kernel. The plots and the
-# choice come from the same CSV, `book/results/ch4.csv`.
+# before their kernel anyway.
+# ```
 #
 # Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
 # `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s):
@@ -629,25 +636,38 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # block and `torch.compile`'s single program are level or a percent or two apart; the end of
 # the section says what is left between them.
 #
-# In between, from $2^{16}$ to $2^{24}$ elements, a call takes microseconds, and timing it
-# needed a fix of its own. In earlier runs of these tables the plain-loads build, which under
+# In between, from $2^{16}$ to $2^{24}$ elements, a call takes microseconds, and timing it needed a
+# fix of its own. What ran before a call moves where its blocks run, and with it the call's time,
+# by up to about a microsecond. The timing
+# now queues a random number of empty one-block launches before each call
+# ({doc}`../book/timing`), so that each median is taken over many such states. The same kernels now agree to within a percent or two (the first lines under the tables). The second
+# tables time the same calls from the start of their first kernel to the end of their last
+# (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
+#
+# ```{dropdown} Going deeper: what the short calls' timing had to fix
+# Timed without that lead, the plain-loads build, which under
 # $2^{21}$ elements runs version 5's very kernels (its switch acts from $2^{21}$ up), read up
 # to a tenth away from version 5, and which sizes trailed `torch.compile` changed from run to
 # run. The cause was the GPU, not the kernels: what ran before a call moves where its blocks
 # run, and with it the time of a call this short, by up to about a microsecond. That state
 # held through a whole measurement of a hundred calls and changed between measurements, so
-# two providers timed one after the other could each be timed in a different one. The timing
-# now queues a random number of empty one-block launches before each call
-# ({doc}`../book/timing`), so that each median is taken over many such states, and the same
-# kernels now agree to within a percent or two (the first lines under the tables). The second
-# tables time the same calls from the start of their first kernel to the end of their last
-# (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
+# two providers timed one after the other could each be timed in a different one.
 #
-# Read together, the tables now tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
+# The lead also guards against slow calls of `torch.compile`'s own, several times
+# its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
+# wrapper) can outrun the GPU work that the timing queues ahead of each call, and then the events
+# time the host. So the lead is long, and longer still before a call whose host work
+# needs it ({doc}`../book/timing`).
+# ```
+#
+# Read together, the tables tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
 # $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is ahead at $2^{16}$
-# and $2^{18}$, where the cluster runs, in all three runs, and level with `torch.compile` from
+# and $2^{18}$, where the cluster runs, in all three runs. It is level with `torch.compile` from
 # $2^{20}$ to $2^{24}$, two percent either way, while its kernels' spans are ahead of Inductor's
-# there or level: what Hinge loses at those sizes is outside the kernels. The last lines under the
+# there or level: what Hinge loses at those sizes is outside the kernels.
+#
+# ```{dropdown} Going deeper: what a call holds besides its kernels
+# The last lines under the
 # ablation's tables print what each call's events hold besides its kernels, from $2^{12}$ to
 # $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold up to a quarter of a
 # microsecond more than `torch.compile`'s, and the two passes' up to half a microsecond more. At
@@ -659,15 +679,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # loads from $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading
 # its buffer, L2 holds only clean lines, and the dirty lines that evict-first loads used to leave
 # alone were the old write clear's own.
+# ```
 #
-# Earlier runs of these tables also caught slow calls of `torch.compile`'s own, several times
-# its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
-# wrapper) had outrun the GPU work that the timing queues ahead of each call, and the events
-# timed the host. The lead is now longer, and longer still before a call whose host work
-# needs it ({doc}`../book/timing`). `bench/reduction_targets.py` times each size three times
-# by events and keeps the median; its published run, the last tables below, agrees with the
-# chapter's sweep: version 5 level or a percent behind at $2^{12}$ elements, ahead of
-# `torch.compile` at $2^{16}$ and $2^{18}$ for all three losses, and Hinge level, within a
+# `bench/reduction_targets.py` times each size three times
+# by events and keeps the median. Its published run, the last tables below, agrees with the chapter's sweep. Version 5 is level or a percent behind at $2^{12}$ elements, ahead of `torch.compile` at $2^{16}$ and $2^{18}$ for all three losses. Hinge is level, within a
 # percent or so, from $2^{20}$ to $2^{24}$. Beside its targets it prints the
 # kernels' spans up to $2^{24}$ elements, without a target.
 
@@ -732,8 +747,7 @@ Markdown("\n\n".join(f"**{loss}**, median of three\n\n"
 # written into its code. Version 5 is one kernel for every size, and picks its full-block copy
 # at run time. Asked for one program for every size (`dynamic=True`), `torch.compile` gives up
 # its constants. The two baselines and version 5 side by side, at $2^{12}$ and $2^{14}$
-# elements, where the full-block copy runs, and at 3000 and $2^{13}$, where it does not: each
-# time / the program compiled for that size (median of five runs in turn):
+# elements, where the full-block copy runs, and at 3000 and $2^{13}$, where it does not. Each is its time / the time of the program compiled for that size (median of five runs in turn):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 generic = torch.compile(kernels.get_loss("mse").reference, dynamic=True)
@@ -747,8 +761,8 @@ for n in (1 << 12, 3000, 1 << 13, 1 << 14):
 # %% [markdown]
 # Built for every size, `torch.compile`'s program is slower than the one built for each size,
 # and slower than version 5, at every size in the table. The program built for one size keeps
-# a lead of a few percent or less at the smallest sizes: at 3000 elements, where version 5
-# keeps its bounds checks and that program has its size as a constant, and at $2^{12}$, where
+# a lead of a few percent or less at the smallest sizes. Those are 3000 elements, where version 5
+# keeps its bounds checks and that program has its size as a constant, and $2^{12}$, where
 # neither checks its bounds.
 
 # %% [markdown]

@@ -44,7 +44,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`occupancy`,
 # {term}`bytes in flight`, {term}`register`, {term}`compute capability`, {term}`log-sum-exp`.
 #
-# **Reading time:** about 17 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 15 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -129,11 +129,9 @@ if not CLUSTERS:
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
 #
-# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an
-# opt-in) that the hardware schedules at the same time on SMs of one GPC, and that can read and
+# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an opt-in). The hardware schedules them at the same time on SMs of one GPC, and they can read and
 # write each other's **shared memory** (distributed shared memory, DSMEM) and wait on a
-# **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes /
-# 32 KB)`; each block copies its slice of the row into its own shared memory and keeps it
+# **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes / 32 KB)`. Each block copies its slice of the row into its own shared memory and keeps it
 # there until it has written the slice's gradient:
 #
 # ```{figure} ../book/images/ch7_cluster.svg
@@ -143,7 +141,7 @@ if not CLUSTERS:
 # Version 4's cluster for a row of Llama 3's vocabulary; the cluster size and the slice come from the kernel's `kSliceBytes` and `kMaxCluster`.
 # ```
 #
-# In CUDA C++ the cluster is a cooperative group: `cg::this_cluster()` gives the block's rank
+# In CUDA C++ the cluster is a cooperative group. `cg::this_cluster()` gives the block's rank
 # in it, `cluster.map_shared_rank(ptr, r)` turns an address of this block's shared memory into
 # the same address in block `r`'s, and `cluster.sync()` is the barrier. The launch names the
 # cluster's size with `cudaLaunchKernelEx` and a `cudaLaunchAttributeClusterDimension`. The
@@ -158,26 +156,32 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu",
 # Three details matter:
 #
 # - **The copy into shared memory is `cp.async`**: 16 bytes from global to shared memory
-#   without a register in between, all of a block's copies in flight at once. A first version
-#   held the slice in registers (64 values per thread): 128 registers per thread allowed 2
-#   blocks per SM, and the same kernel's forward ran well below version 3's {term}`bandwidth`
-#   (`bench/PERFLOG.md` has the measurements); with the slice in shared memory, 6 or 7 blocks
-#   of 128 threads fit on an SM, as many as its shared memory holds: the Nsight Compute table
-#   below shows 7 for bf16 rows of 128256 classes and 6 for fp32 rows of 131072, whose slices
-#   are a full 32 KB (each block also takes the 1 KB of shared memory CUDA reserves per block).
+#   without a register in between, all of a block's copies in flight at once. With the slice in
+#   shared memory, 6 or 7 blocks of 128 threads fit on an SM, as many as its shared memory holds
+#   (the Nsight Compute table below).
 # - **Every block computes the same {term}`log-sum-exp`, bit for bit**: each {term}`warp` adds the `n` blocks'
 #   partial sums in the same fixed order, so no block needs to be told the result.
-# - **A block must not exit while its peers still read its shared memory**: after the last
-#   DSMEM read each block *arrives* on the cluster barrier and *waits* on it only after writing
-#   its gradient, so the wait costs nothing in the common case.
+# - **A block must not exit while its peers still read its shared memory.** After the last
+#   DSMEM read each block *arrives* on the cluster barrier and *waits* on it only after writing its gradient. The wait then costs nothing in the common case.
 #
 # Everything else is chapter 5's version 3: the file includes `v3_fused_rows.cu` (the loader
-# splices it in) and sends it the rows the cluster kernel does not take: rows of up to 4096
-# classes (one block's registers hold them), rows not a multiple of 16 bytes long (odd
-# vocabularies such as GPT-2's 50257), rows longer than 16 slices of 112 KB, float64, the
-# forward alone when a row spans several blocks (with no gradient to write, one streaming read
-# of the row is all the forward needs), and **GPUs before Hopper**: on Colab's T4 (sm_75) the file compiles,
-# the cluster kernel is empty there, and every row takes version 3's path.
+# splices it in) and sends it the rows the cluster kernel does not take. That includes every row
+# on **GPUs before Hopper**: on Colab's T4 (sm_75) the file compiles, and the cluster kernel is
+# empty there.
+#
+# ```{dropdown} Going deeper: registers or shared memory, and the rows version 3 takes
+# Holding the slice in registers (64 values per thread) takes 128 registers per thread, which
+# allow 2 blocks per SM, and that kernel's forward ran well below version 3's {term}`bandwidth`
+# (`bench/PERFLOG.md` has the measurements). In shared memory the Nsight Compute table below
+# shows 7 blocks per SM for bf16 rows of 128256 classes and 6 for fp32 rows of 131072, whose
+# slices are a full 32 KB (each block also takes the 1 KB of shared memory CUDA reserves per
+# block).
+#
+# The rows that go to version 3's path: rows of up to 4096 classes (one block's registers hold
+# them), rows not a multiple of 16 bytes long (odd vocabularies such as GPT-2's 50257), rows
+# longer than 16 slices of 112 KB, float64, and the forward alone when a row spans several
+# blocks (with no gradient to write, one streaming read of the row is all the forward needs).
+# ```
 
 # %%
 show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "static bool launch_cluster",
@@ -187,8 +191,7 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "static bool launch_clus
 # ## Correct first
 #
 # Loss and gradient against PyTorch in float64, for each dtype, at row lengths that take
-# clusters of 1 to 16 blocks, and one (262150 classes, not a multiple of 16 bytes) that falls back
-# to streaming; a fifth of the rows ignored, label smoothing 0.1, `grad_output` 2.5. The column
+# clusters of 1 to 16 blocks, and one (262150 classes, not a multiple of 16 bytes) that falls back to streaming. A fifth of the rows are ignored, with label smoothing 0.1, `grad_output` 2.5. The column
 # "kernel" is what the profiler saw run (`kernels.notebook.kernels_launched`), with the cluster's
 # size from the launch rule.
 # (The GPU tests, `tests/gpu/test_llm_cross_entropy.py`, add -inf and NaN logits, rows with
@@ -336,12 +339,8 @@ Markdown("\n".join(lines))
 # %% [markdown]
 # The bound columns come from the copy bandwidth: a time in the first table, the bandwidth
 # itself in the second. The forward rows only read, so
-# their bound is the read bandwidth printed at the top of the chapter, a little higher: that
-# is why version 4 measures above the column at every row length, and version 3 at 65536 and
-# 131072 classes, at the read bandwidth within the timing's noise. The chapter's targets, checked on
-# these numbers below, as ratios to this GPU's own measured bandwidth (each PASS or MISS line
-# names its threshold): forward+backward within 1.15x of the bound in each dtype, and the bf16
-# forward at 97% of the read bandwidth or more, taking for the forward whichever path version 4
+# their bound is the read bandwidth printed at the top of the chapter, a little higher. That is why version 4 measures above the column at every row length, and version 3 at 65536 and
+# 131072 classes, at the read bandwidth within the timing's noise. The chapter's targets are checked on these numbers below, as ratios to this GPU's own measured bandwidth (each PASS or MISS line names its threshold). They are forward+backward within 1.15x of the bound in each dtype, and the bf16 forward at 97% of the read bandwidth or more. For the forward they take whichever path version 4
 # chooses.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -377,11 +376,11 @@ for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
 
 # %% [markdown]
 # Version 4 is the fastest of the cross-entropies measured here for forward+backward (Liger-Kernel
-# has a column only where it is installed). Whether it makes each target is printed above: the
+# has a column only where it is installed). Whether it makes each target is printed above. The
 # forward+backward steps end within a few percent of the 1.15x line in both dtypes, close
-# enough that one run can fall on either side of it (in this run both land inside). All three
-# forward rows make their target in this run, the bfloat16 forward at 32768 x 16384 by the
-# smallest margin (earlier runs missed it). Where does that call's time go? PyTorch's profiler lists
+# enough that a run can fall on either side of it (in the output above both land inside). All
+# three forward rows make their target in the output above, the bfloat16 forward at 32768 x 16384
+# by the smallest margin, one that some runs miss. Where does that call's time go? PyTorch's profiler lists
 # the kernels of one call and their times on the GPU:
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -403,21 +402,24 @@ del x, t
 
 # %% [markdown]
 # The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
-# well above the forward's target; the call loses part of that margin to what it adds outside
-# the kernel (the last line above), and in this run still makes the target. What it adds does
+# well above the forward's target. The call loses part of that margin to what it adds outside
+# the kernel (the last line above), and in the output above still makes the target. What it adds does
 # not grow with the rows' length: the final kernels that add the rows' losses in a fixed order
 # (`sum_chunks` over chunks of 4096 rows, then `finish`), and the idle time around them. They
 # are programmatic dependent launches, as chapter 4's pass 2: each starts while the kernel
 # before it runs and waits for it on the device, so its time in the profiler includes that wait.
-# Two changes already took part of this cost off: no memset of the bad-target flag before the
-# rows, and the final sum over many blocks instead of one beyond 16384 rows (version 3's header
-# says how; `bench/PERFLOG.md`, session 23, has the measurements). The row kernel itself was
-# also written as a warp per row streaming its row through registers instead of shared memory,
-# for the forward alone: the same kernel time (`bench/PERFLOG.md`). Removing the final launch,
-# by letting the last block to finish add the losses, was measured for version 3 (its header)
-# and was slower: every block then pays a fence and an {term}`atomic`.
 #
-# Part of that fixed cost was once the measurement's own. Every timed call follows a clear of
+# ```{dropdown} Going deeper: what was tried against this fixed cost
+# Two changes take part of this cost off: no memset of the bad-target flag before the
+# rows, and the final sum over many blocks instead of one beyond 16384 rows (version 3's header
+# says how; `bench/PERFLOG.md`, session 23, has the measurements). A warp per row streaming its
+# row through registers instead of shared memory, for the forward alone, gives the same kernel
+# time (`bench/PERFLOG.md`). Removing the final launch, by letting the last block to finish add
+# the losses, was measured for version 3 (its header) and was slower: every block then pays a
+# fence and an {term}`atomic`.
+# ```
+#
+# Part of a call's fixed cost can be the measurement's own. Every timed call follows a clear of
 # {term}`L2 <L2 cache>` ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
 # does, L2 is left full of modified lines, and the timed call writes them back to memory as its
 # reads evict them. Cleared by reading a buffer, L2 holds only clean lines, which cost nothing
@@ -445,10 +447,10 @@ del x, t
 # %% [markdown]
 # The write-back costs every call the same few microseconds, whatever the call does, so
 # ratios between providers barely move; absolute bandwidths of calls that read about a
-# gigabyte rise by a few percent. Cleared by a read, version 4's call makes its target in this
-# run (the forward's PASS line further up), by less than the call's fixed cost outside the row
-# kernel, so a run can fall on either side of the line; the row kernel alone makes it with room
-# to spare (the lines above). In this run `torch.sum` over the same logits, one kernel with no
+# gigabyte rise by a few percent. Cleared by a read, version 4's call makes its target in the
+# output above (the forward's PASS line further up). It makes it by less than the call's fixed
+# cost outside the row kernel, so a run can fall on either side of the line; the row kernel alone
+# makes it with room to spare (the lines above). In the output above `torch.sum` over the same logits, one kernel with no
 # final sum of rows, lands a hair under the line, a little behind version 4's call.
 # Nsight Compute says more about the kernels themselves.
 #
@@ -490,8 +492,12 @@ else:
 # of the time. Shared memory limits the blocks per SM (32 KB of slice each), not registers, and
 # the achieved {term}`occupancy` is close to what those blocks allow. Occupancy is low in warps, but it
 # is the {term}`bytes in flight` that keep memory busy, and each thread here has 16 copies of 16 bytes
-# in flight. The block size was the last thing tuned: version 4 first had 256 threads per
-# block, which cost bf16 12% (the kernel's header has the sweep). A block's life is three
+# in flight. Smaller blocks, more of them per SM, keep memory busier, and a persistent cluster
+# that overlaps rows is slower.
+#
+# ```{dropdown} Going deeper: the block size, and the persistent cluster that lost
+# The block size matters: 256 threads per block cost bf16 12% against 128 (the kernel's header
+# has the sweep). A block's life is three
 # phases, its copies in flight, computation around a cluster barrier, then its stores; during
 # the middle one its SM's share of memory traffic stops, and more, smaller blocks per SM
 # leave fewer such gaps. The fix that predicts itself, a *persistent* cluster that loops over
@@ -500,6 +506,8 @@ else:
 # its cousin for the forward alone at 32768 x 16384, where a row is one block's slice: a
 # resident {term}`grid` whose blocks each hold three rows in shared memory, copying the next two while
 # they compute one. A prediction that a measurement contradicts is the most useful kind.
+# ```
+#
 # Exercise 7.3 asks what bf16's twice as many values per byte cost in instructions.
 #
 # ## A fused linear + cross-entropy
@@ -514,7 +522,7 @@ else:
 # 2. version 4 reads those logits once and writes `dlogits` **over them**
 #    (`cross_entropy_into_logits`: every block reads its slice before it writes there). For the
 #    mean, it multiplies `dlogits` by 1 / (tokens counted), a factor computed and read on the
-#    GPU (`grad_factor`), so the products below need no scaling after them (in float16, where
+#    GPU (`grad_factor`). The products below then need no scaling after them (in float16, where
 #    `dlogits` / count could fall below the smallest number, the gradients are scaled after
 #    their products instead);
 # 3. `grad_W += dlogits.T @ hidden[chunk]` and `grad_hidden[chunk] = dlogits @ W`.
@@ -536,7 +544,7 @@ show_source("ops/llm_head.py", "def _linear_cross_entropy(", "    return (total 
 
 # %% [markdown]
 # Correct first: loss and both gradients against float64, with three chunks (the last one
-# short), ignored tokens, label smoothing and `grad_output` 3, next to PyTorch's own path in
+# short), ignored tokens, label smoothing and `grad_output` 3. It is set next to PyTorch's own path in
 # the same dtype (the tolerance is that path's error, or the dtype's, whichever is larger).
 
 # %% tags=["gpu"]
@@ -573,12 +581,9 @@ print("PyTorch, float16: sum of log_softmax over 16392 classes:",
 
 # %% [markdown]
 # Then time and memory, at T=8192, H=4096, V=128256 (Llama 3 8B's head) and T=16384, H=2048,
-# V=151936 (Qwen 2's) in bf16, forward and backward, for: eager PyTorch
+# V=151936 (Qwen 2's) in bf16, forward and backward. The providers are eager PyTorch
 # (`F.cross_entropy(h @ W.T, t)`), the same under `torch.compile`, the matrix product then
-# version 4, ours, and the fused linear cross-entropies of other projects that are installed
-# (`llm_head.other_fused_heads`: Liger-Kernel's, Apple's Cut Cross-Entropy, whose default
-# filter skips gradient entries too small to matter in bf16, and PyTorch's own
-# `F.linear_cross_entropy` from version 2.13). "Extra" is the peak memory of a step beyond the
+# version 4, ours, and the fused linear cross-entropies of other projects that are installed (`llm_head.other_fused_heads`). Those are Liger-Kernel's, Apple's Cut Cross-Entropy and PyTorch's own `F.linear_cross_entropy` from version 2.13. Cut Cross-Entropy's default filter skips gradient entries too small to matter in bf16. "Extra" is the peak memory of a step beyond the
 # inputs, the weight and their gradients (`torch.cuda.max_memory_allocated`). A head that runs
 # out of GPU memory is shown as such: on a smaller GPU, that is the measurement. Each head is
 # measured three times in turns and its fastest turn kept, so that a GPU clock that drifts over
@@ -648,23 +653,30 @@ for tokens, _, _ in HEAD_SHAPES:
 # The fused head keeps its promise on memory: under a quarter of a GiB where `torch.compile`
 # needs about two to five and eager about five to thirteen. Liger-Kernel's and Cut
 # Cross-Entropy's fused heads need even less memory; they have rows only where they are
-# installed, and in this run both take much longer than ours at both sizes. Ours is faster
+# installed, and in the output above both take much longer than ours at both sizes. Ours is faster
 # than eager PyTorch at both sizes, and a little slower than `torch.compile`: by under a
-# percent at T=8192 and by a few percent at T=16384 in this run (the MISS lines above).
+# percent at T=8192 and by a few percent at T=16384 (the MISS lines above).
 #
-# Where that time goes, from a profile of one step of each (`bench/lm_head_profile.py`, its
+# What costs more than `torch.compile` is the weight's gradient (V x H, 1 GiB in bf16 here). Its
+# product runs over one chunk's rows instead of all of them, so its output, as large as the
+# weight, is read and written once per chunk instead of written once.
+#
+# ```{dropdown} Going deeper: a profile of one step
+# Where the time goes, from a profile of one step of each (`bench/lm_head_profile.py`, its
 # numbers in `bench/PERFLOG.md`): the products that make the logits and the hidden states'
 # gradient run chunk by chunk about as fast as `torch.compile`'s single products over all
 # rows, and version 4 takes about half the time of compile's two softmax kernels. What costs
 # more is the weight's gradient (V x H, 1 GiB in bf16 here): `addmm` reads and writes it once
-# per chunk. The loop once read and wrote it one more time, at the end, to multiply all of it
-# by 1 / (tokens counted) for the mean (the script's `--variants` times that loop against the
-# op). Now version 4 multiplies the gradient it writes over the logits by that factor, read on
+# per chunk. Multiplying all of it by 1 / (tokens counted) for the mean, in a loop at the end,
+# would read and write it one more time (the script's `--variants` times that loop against the
+# op). Instead version 4 multiplies the gradient it writes over the logits by that factor, read on
 # the GPU through the pointer that carries chapter 5's guess of `grad_output`, so neither
 # product needs a pass after it. What remains over `torch.compile` is the weight's gradient:
 # its product runs over one chunk's rows instead of all of them, and its output, as large as
-# the weight, is read and written once per chunk instead of written once. Larger chunks cut
-# that at a cost in memory. The trade-off of the chunk size, measured (the time of a step against the
+# the weight, is read and written once per chunk instead of written once.
+# ```
+#
+# Larger chunks cut that cost at a cost in memory. The trade-off of the chunk size, measured (the time of a step against the
 # memory it adds):
 
 # %% tags=["gpu"]
@@ -702,7 +714,7 @@ plt.show()
 # ## Training with the fused head
 #
 # Chapter 6's character-level language model, with its output layer replaced by a bias-free
-# weight whose loss is computed by `linear_cross_entropy`, trained twice from the same weights
+# weight whose loss is computed by `linear_cross_entropy`. It is trained twice from the same weights
 # on the same batches: once with `F.cross_entropy(hidden @ W.T, t)`, once with the fused head.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -799,9 +811,7 @@ plt.show()
 #
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
-# For each of these rows, say which kernel of version 4 runs it on an H100 for a training step
-# (forward and backward), with how many blocks per row and how many bytes of shared memory per
-# block, then for the forward alone: Gemma's 256000 classes in bf16 and in fp32, GPT-2's 50257
+# For each of these rows, say which kernel of version 4 runs it on an H100 for a training step (forward and backward), with how many blocks per row and how many bytes of shared memory per block. Then answer again for the forward alone. The rows are Gemma's 256000 classes in bf16 and in fp32, GPT-2's 50257
 # in bf16, Llama 2's 32000 in fp32, and 3000 classes in bf16. Then check your answers against
 # `launch_cluster` above.
 # ```
@@ -811,8 +821,7 @@ plt.show()
 #
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
-# Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at
-# the GPU's bf16 tensor-core rate) plus, per chunk, one read and one write of the weight's
+# Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at the GPU's bf16 tensor-core rate). Add, per chunk, one read and one write of the weight's
 # gradient (V x H bf16) and one read and write of the chunk's logits. Which chunk size does the
 # model predict is needed to be within 5% of the products alone at T=8192, H=4096, V=128256?
 # How much memory does it take, and how does it compare with the sweep above?
@@ -826,7 +835,7 @@ plt.show()
 # Forward and backward at 8192 x 128256 bf16 and at 4096 x 131072 fp32 move the same bytes,
 # and version 4 takes about the same time for both. Count, per 16-byte vector, the
 # instructions each pass of the kernel runs for each dtype (conversions, max, exp as one FFMA
-# and one MUFU.EX2, adds, the gradient's multiply and conversion back), and predict the ratio
+# and one MUFU.EX2, adds, the gradient's multiply and conversion back). Predict the ratio
 # of instructions bf16 / fp32 and which pipe is the busiest for bf16. How close to its limit is
 # that pipe? Then check with Nsight Compute (`kernels.profile`, the `ISSUE` counters).
 # ```
@@ -838,7 +847,7 @@ plt.show()
 #
 # Clusters serve training, where the row must stay on chip for the gradient. The forward alone
 # over a few long rows (the last position of 32 sequences, when a model samples its next
-# token) goes to version 3's streaming kernel, one block per row: 32 rows keep 32 of the H100's
+# token) goes to version 3's streaming kernel, one block per row. Then 32 rows keep 32 of the H100's
 # 132 SMs reading. `kernels/exercises/ch7_split_rows.cu` splits each row into slices instead,
 # one block per slice, each writing its slice's $(m, s)$ pair; a second kernel merges a row's
 # pairs and finishes the loss. Two things are left to you: the check fails until you find the
