@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from .problems import PROBLEMS, get_problem
-from .report import Result
+from .report import Result, crash_reason
 from .timing import Timing
 
 TIME_LIMIT = 900  # seconds: KernelBench's full-size problems take a minute or two with the build
@@ -110,17 +110,7 @@ def evaluate_isolated(problem, program, entry: str = "ModelNew", time_limit: flo
     for line in reversed(out.splitlines()):
         if line.startswith(nonce):
             return _from_json(json.loads(line[len(nonce):]))
-    return _failed(problem, entry, "crashed", _crash_reason(process.returncode, err))
-
-
-def _crash_reason(code: int, err: str) -> str:
-    if code < 0:
-        how = f"killed by {signal.Signals(-code).name}"
-    else:
-        how = f"exit status {code}"
-    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
-    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
-    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"
+    return _failed(problem, entry, "crashed", crash_reason(process.returncode, err))
 
 
 def _to_json(result: Result) -> str:

@@ -5,6 +5,7 @@ verdict, its CSV row, and the tables and KernelBench's fast_p over several.
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import dataclass, field
 
 from .. import bench
@@ -126,3 +127,15 @@ def table(results) -> str:
                      f"| {cell(r['compile_ms'], '{:.3f}')} | {cell(r['speedup_eager'], '{:.2f}x')} "
                      f"| {cell(r['speedup_compile'], '{:.2f}x')} | {cell(r['gbps'], '{:.0f}')} |")
     return "\n".join(lines + ([""] + reasons if reasons else []))
+
+
+def crash_reason(code: int, err: str) -> str:
+    """Why a program's process ended before a verdict (exit status or signal, and the last line
+    it wrote to stderr that is not a warning): the FAIL reason of both isolated validators."""
+    if code < 0:
+        how = f"killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exit status {code}"
+    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
+    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
+    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"

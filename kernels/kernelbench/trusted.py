@@ -20,13 +20,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 
 import torch
 import torch.multiprocessing as mp
+
+from .report import crash_reason
 
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 SENT_VALUES = 1 << 20  # the most output values sent back; a larger output fails on its shape
@@ -43,16 +44,6 @@ class ProgramGone(RuntimeError):
 def _raised(kind: str, message: str) -> Exception:
     """An exception of the program's type name (RuntimeError, ...), rebuilt from its words only."""
     return type(kind if kind.isidentifier() else "ProgramError", (RuntimeError,), {})(message)
-
-
-def crash_reason(code: int, err: str) -> str:
-    if code < 0:
-        how = f"killed by {signal.Signals(-code).name}"
-    else:
-        how = f"exit status {code}"
-    lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
-    last = [line for line in lines if "Warning" not in line][-1:] or ["no message"]
-    return f"the program's process ended ({how}) before a verdict: {last[0][:200]}"
 
 
 # --- the child: the program's process -----------------------------------------------------------
