@@ -71,7 +71,8 @@ def code_without_comments(source: str) -> str:
 # ch.exercise("x.cu", check), not another object's load (json.load, some_module.load).
 LOAD_LITERAL = re.compile(
     r"(?:(?:(?<![\w.])|\bkernels\.)load|\.exercise)\(\s*(['\"])([^'\"]+\.cu)\1")
-SHOW_LITERAL = r"\bshow_source\(\s*(['\"]){}\1"
+# show_source("f"), or show_diff("older", "f"): both show the file f
+SHOW_LITERAL = r"\b(?:show_source\(|show_diff\([^)]*?,)\s*(['\"]){}\1"
 
 # What needs a GPU. bench's CPU-only helpers (SIZES, element_wise_shape, gbps, rotation_count,
 # Measurement) are allowed without the tag; everything else in bench times on the GPU.
@@ -160,7 +161,7 @@ def test_each_load_is_preceded_by_show_source_of_the_same_file(path):
             if not (shown or literal in shown_so_far or from_earlier_chapter(literal, chapter)):
                 problems.append(f"cell {i} loads {literal!r} but the code cell before it does "
                                 f"not call show_source({literal!r})")
-        shown_so_far.update(m[1] for m in re.findall(r"\bshow_source\(\s*(['\"])([^'\"]+)\1", code))
+        shown_so_far.update(m[1] for m in re.findall(SHOW_LITERAL.format(r"([^'\"]+)"), code))
         previous_code = code
     assert not problems, f"{rel(path)}:\n" + "\n".join(problems)
 
@@ -269,7 +270,9 @@ def test_long_outputs_are_folded_listings(path):
     (``show_source``'s <details>, or any listing of a solution, which its dropdown folds):
     profiler tables and printouts are trimmed to what matters."""
     def folded_listing(text):
-        return text.startswith('<details class="listing">') or (
+        # show_diff: the diff on the page, the whole file in a fold after it
+        unfolded = re.sub(r'<details class="listing">.*?</details>', "", text, flags=re.S)
+        return len(unfolded) <= OUTPUT_LIMIT or (
             path.parent.name == "solutions" and re.match(r"`[^`\n]+`\n\n```", text))
 
     long = []
@@ -346,6 +349,8 @@ def test_rule_load_literal():
         ("'", "exercises/ch2_race.cu")]
     assert not LOAD_LITERAL.findall('x = other.load("ch3/v1.cu")')  # not a build of ours
     assert re.search(SHOW_LITERAL.format(re.escape("ch3/v1.cu")), "show_source('ch3/v1.cu', start='x')")
+    assert re.search(SHOW_LITERAL.format(re.escape("ch3/v2.cu")), 'show_diff("ch3/v1.cu", "ch3/v2.cu")')
+    assert not re.search(SHOW_LITERAL.format(re.escape("ch3/v1.cu")), 'show_diff("ch3/v1.cu", "ch3/v2.cu")')
     assert TIMES.search("ms = kernels.bench.time_ms(f, args)")
     assert not TIMES.search("n = kernels.bench.SIZES[0]")
 
@@ -436,3 +441,18 @@ def test_code_lines_fit_the_book_column(path):
     assert len(long) == allowed, (
         f"{rel(path)}: {allowed - len(long)} long lines reflowed: lower LONG_CODE_LINES to "
         f"{len(long)}")
+
+
+def test_show_diff_shows_the_change_and_folds_the_new_file():
+    from kernels.course.notebook import show_diff
+
+    old, new = "ch3_block_reduction/v2_interleaved_strided.cu", "ch3_block_reduction/v3_sequential.cu"
+    text = show_diff(old, new).data
+    diff, fold = text.split('<details class="listing">')
+    assert "-    for (unsigned s = 1; s < kThreads; s *= 2) {" in diff.splitlines()
+    assert "+        if (tid < s) sdata[tid] += sdata[tid + s];" in diff.splitlines()
+    changed = sum(line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+                  for line in diff.splitlines())
+    assert f"({changed} lines changed)" in diff
+    whole = (ROOT / "kernels" / new).read_text()
+    assert whole.strip() in fold and fold.rstrip().endswith("</details>")

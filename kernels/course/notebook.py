@@ -1,4 +1,5 @@
-"""Helpers for the chapters' notebooks: the setup cell, and showing a kernel's source."""
+"""Helpers for the chapters' notebooks: the setup cell, and showing a kernel's source or the
+change from one version to the next."""
 
 from __future__ import annotations
 
@@ -61,6 +62,33 @@ def show_source(source, start: str | None = None, end: str | None = None,
     what = "lines" if start is None else "lines shown"
     return Markdown(f'<details class="listing"><summary>{shown} ({len(lines)} {what}: click to '
                     f"open)</summary>\n\n{code}\n\n</details>")
+
+
+def show_diff(old, new, context: int = 3):
+    """Display what changed from kernel file ``old`` to ``new`` as a unified diff, highlighted,
+    with the whole of ``new`` in a fold below it.
+
+    A version of a kernel is one change to the one before; the diff is that change, the lines a
+    learner reads, and the fold is the file the next cell builds. Lines starting with ``-`` are
+    the old version's, ``+`` the new one's; the others are context.
+    """
+    import difflib
+
+    from IPython.display import Markdown
+
+    before, after = source_path(old), source_path(new)
+    names = [path.relative_to(KERNELS_DIR.parent).as_posix() for path in (before, after)]
+    diff = difflib.unified_diff(before.read_text().splitlines(), after.read_text().splitlines(),
+                                fromfile=names[0], tofile=names[1], n=context, lineterm="")
+    lines = list(diff)
+    changed = sum(line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+                  for line in lines)
+    whole = after.read_text().splitlines()
+    code = "```cuda\n" + "\n".join(whole) + "\n```"
+    return Markdown(f"`{names[1]}` against `{names[0]}` ({changed} lines changed)\n\n```diff\n"
+                    + "\n".join(lines) + "\n```\n\n"
+                    + f'<details class="listing"><summary>{names[1]} ({len(whole)} lines: '
+                    f"click to open)</summary>\n\n{code}\n\n</details>")
 
 
 def kernels_launched(fn, pattern: str = r"\w+") -> list[str]:
