@@ -541,6 +541,12 @@ def test_speedup_table():
     assert lines[3] == "| v1 | 1 | 200 | 20% | 2.00x | 2.00x |"
     assert lines[4] == "| v2 | 0.5 | 400 | 40% | 2.00x | 4.00x |"
     assert len(lines) == 5  # "missing" has no row and is left out
+    with_changes = results.speedup_table(rows, ["v1", "v2"], "mse", (4096,), "v1",
+                                         changes={"v2": "wider loads"}).splitlines()
+    assert with_changes[0] == ("| version | change | time (ms) | GB/s | % of peak | step speed-up "
+                               "| vs v1 |")
+    assert with_changes[2] == "| v1 |  | 1 | 200 | 20% | – | 1.00x |"
+    assert with_changes[3] == "| v2 | wider loads | 0.5 | 400 | 40% | 2.00x | 2.00x |"
 
 
 # --- plot ------------------------------------------------------------------------------------

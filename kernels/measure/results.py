@@ -145,12 +145,18 @@ def ratio_table(rows, providers, loss: str, baseline: str) -> str:
     return "\n".join(lines)
 
 
-def speedup_table(rows, providers, loss: str, shape, baseline: str) -> str:
-    """Step and cumulative speed-up of each provider at one shape (the reduction ladder table)."""
+def speedup_table(rows, providers, loss: str, shape, baseline: str,
+                  changes: dict[str, str] | None = None) -> str:
+    """Step and cumulative speed-up of each provider at one shape (a chapter's ladder table).
+
+    The step is against the provider listed before it, so list only a chain of versions, each
+    one change on the last. ``changes`` (provider -> that change, in a few words) adds a column.
+    """
     rows = select(rows, loss=loss, shape=tuple(shape))
     by_provider = {r["provider"]: r for r in rows}
-    lines = ["| version | time (ms) | GB/s | % of peak | step speed-up | vs " + baseline + " |",
-             "|---|---|---|---|---|---|"]
+    head = ["version"] + (["change"] if changes else []) + [
+        "time (ms)", "GB/s", "% of peak", "step speed-up", "vs " + baseline]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     previous = None
     base = by_provider.get(baseline)
     for provider in providers:
@@ -159,7 +165,9 @@ def speedup_table(rows, providers, loss: str, shape, baseline: str) -> str:
             continue
         step = f"{previous['ms'] / r['ms']:.2f}x" if previous else "–"
         versus = f"{base['ms'] / r['ms']:.2f}x" if base else "–"
-        lines.append(f"| {provider} | {r['ms']:.4g} | {r['gbps']:.0f} | "
-                     f"{100 * r['gbps'] / r['peak_gbps']:.0f}% | {step} | {versus} |")
+        change = [changes.get(provider, "")] if changes else []
+        cells = [provider] + change + [f"{r['ms']:.4g}", f"{r['gbps']:.0f}",
+                                       f"{100 * r['gbps'] / r['peak_gbps']:.0f}%", step, versus]
+        lines.append("| " + " | ".join(cells) + " |")
         previous = r
     return "\n".join(lines)
