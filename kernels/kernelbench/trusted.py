@@ -30,6 +30,8 @@ import torch.multiprocessing as mp
 from .report import crash_reason
 
 PRECISIONS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CALIBRATION_ELEMENTS = 1 << 24  # two inputs of 64 MiB, shared with the child as a program's are
+CALIBRATION_TRIALS = 11  # the first is dropped, as time_trials drops its first
 SENT_VALUES = 1 << 20  # the most output values sent back; a larger output fails on its shape
 
 
@@ -107,6 +109,20 @@ def _build(spec: str, problem_id: int):
     return _instantiate(program, PROBLEMS[problem_id])
 
 
+def _honest_mse(a, b):
+    """An honest eager loss: the calibration's program (see Program.calibration)."""
+    return torch.mean((a - b) ** 2)
+
+
+def _switch_to_this_context(flush) -> None:
+    """Run a tiny kernel and wait for it, so that the GPU's switch from the parent's context
+    (which has just written the inputs) to this one happens before a timed call's wall clock
+    starts, not inside it, where it looked like work hidden from the events."""
+    if flush is not None:
+        flush[:1].zero_()
+        torch.cuda.synchronize()
+
+
 def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr: str) -> None:
     """The child's loop: build ModelNew on request, then answer calls until told to stop."""
     from ..correctness import poison_allocator
@@ -118,13 +134,14 @@ def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr:
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.empty(0, device=device)  # the context now, so the parent's sizing counts it
-    before, model, flush = _torch_functions(), None, None
+    before, model, flush, last = _torch_functions(), None, None, None
     conn.send_bytes(b'{"ready": true}')
     while True:
         try:
             request = conn.recv()
         except EOFError:
             return
+        last = None  # received: the same tensors, if sent again, kept the same addresses
         op, inputs = request[0], list(request[1]) if len(request) > 1 else []
         try:
             if op == "stop":
@@ -138,6 +155,14 @@ def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr:
                     out = model(*inputs)
                 synchronize(inputs)
                 reply = {"out": _encode(out)}
+            elif op == "calibrate":  # asked before "build": the program is not imported yet
+                flush = flush_buffer(inputs) if flush is None else flush
+                with torch.no_grad():
+                    calls = []
+                    for _ in range(request[2]):
+                        _switch_to_this_context(flush)
+                        calls.append(timed_call(_honest_mse, inputs, flush)[1:])
+                reply = {"event_ms": [e for e, _ in calls], "wall_ms": [w for _, w in calls]}
             elif op == "warm":
                 with torch.no_grad():
                     for _ in range(request[2]):
@@ -147,6 +172,7 @@ def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr:
             elif op == "time":  # one timed call, as timing.time_trials makes it
                 flush = flush_buffer(inputs) if flush is None else flush
                 bump_versions(inputs)
+                _switch_to_this_context(flush)
                 with torch.no_grad():
                     out, event, wall = timed_call(model, inputs, flush)
                 reply = {"out": _encode(out), "event_ms": event, "wall_ms": wall}
@@ -161,7 +187,10 @@ def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr:
         except Exception as error:  # the program's error, by its type's name and first line
             first = (str(error).strip().splitlines() or [""])[0]
             reply = {"error": [type(error).__name__, first[:300]]}
-        del inputs
+        # Kept until the next request is received: a tensor the parent sends again then maps
+        # to the same address here, as it would in one process (dropped, its next mapping may
+        # land elsewhere, and a result cached by address would escape the recompute check).
+        last, inputs = inputs, None
         conn.send_bytes(json.dumps(reply).encode())
 
 
@@ -184,10 +213,30 @@ class Program:
             self.process.start()
         child_end.close()
         self._answer()  # ready: the child imported torch and made its CUDA context
+        self.calibration = self._calibrate(torch.device(device))
+
+    def _calibrate(self, device):
+        """An honest loss timed in the child as its program will be, before the program is
+        imported (it cannot change these times): the baseline of the timed-stream check. A child's
+        wall time per call exceeds its events' by more than this process's does (by about 0.16 ms
+        on an H200 with the course's honest entries), so this process's eager timing would make
+        every program there look as if it hid work on another stream."""
+        if device.type != "cuda":
+            return None
+        from .timing import Timing
+
+        a, b = (torch.randn(CALIBRATION_ELEMENTS, device=device) for _ in range(2))
+        answer = self.ask("calibrate", [a, b], CALIBRATION_TRIALS)
+        return Timing(answer["event_ms"][1:], answer["wall_ms"][1:])
 
     def ask(self, op: str, *args) -> dict:
         if self.gone:
             raise self.gone
+        # The inputs are this process's memory, shared with the child by CUDA IPC, and nothing
+        # orders this process's writes (a refill, a fresh draw) before the child's reads but
+        # finishing them first. Left in flight, a refill ran inside the child's wall-clock window.
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         try:
             self.conn.send((op, *args))
         except (BrokenPipeError, ConnectionResetError, OSError):
@@ -292,6 +341,12 @@ class RemoteModel(torch.nn.Module):
 
     def gpu_only_ms(self, inputs) -> float:
         return self.program.ask("gpu_only", inputs)["ms"]
+
+    @property
+    def stream_baseline(self):
+        """What the timed-stream check compares this program's hidden time with (the calibration
+        made in its own process, where the eager timing of this one would not compare)."""
+        return self.program.calibration
 
     def changed_torch(self) -> list[str]:
         return self.program.ask("changed")["changed"]
