@@ -45,7 +45,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`register`, {term}`shared memory`, {term}`stream`, {term}`occupancy`,
 # {term}`bytes in flight`, {term}`Little's law`.
 #
-# **Reading time:** about 12 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
