@@ -45,7 +45,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`register`, {term}`shared memory`, {term}`stream`, {term}`occupancy`,
 # {term}`bytes in flight`, {term}`Little's law`.
 #
-# **Reading time:** about 12 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -55,10 +55,18 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # subtracts, squares and adds its share into the result, in one pass over memory.
 #
 # The simplest way for thousands of threads to add into one number is `atomicAdd`: a
-# read-modify-write that the memory system performs indivisibly. We start with one atomic per
-# element, see why it is slow (contention), and cut the number of atomics by accumulating per
-# thread, then per warp, then per block. Along the way we meet a problem that no amount of speed
-# fixes: float atomics do not give the same answer twice.
+# read-modify-write that the memory system performs indivisibly. One atomic per element is slow
+# (contention), and each version cuts the number of atomics. The chapter's ladder:
+#
+# | version | the one change | what it buys (measured below) |
+# |---|---|---|
+# | 1 | one `atomicAdd` per element | correct, but every thread queues on one address |
+# | 2 | a sum per thread, in a register | far faster from about a million elements up |
+# | 3 | a sum per warp, with shuffles | far faster again, except at the largest size |
+# | 4 | a sum per block, in shared memory | best in the middle sizes; never ahead of `torch.compile` |
+#
+# Along the way we meet a problem that no amount of speed fixes: float atomics do not give the
+# same answer twice.
 
 # %%
 import math
@@ -69,7 +77,7 @@ import torch
 import kernels
 from kernels import Chapter, CheckFailed, bench, check, load, results
 from kernels.exercises.ch2_checks import check_warp_atomics
-from kernels.notebook import show_source
+from kernels.notebook import show_diff, show_source
 
 ch = Chapter("ch2")  # the chapter's id, GPU and read bandwidth, for its measurements
 
@@ -130,20 +138,18 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 # - **The kernel is slow.** Every thread's `atomicAdd` waits its turn at the same address; the
 #   section on contention below measures why.
 # - **`allclose` says False.** One float receives $2^{24}$ additions. Once the running sum is
-#   large, the small squares added to it are rounded away, and the mean misses float32's
-#   tolerance. That is version 1's accuracy problem, measured below and fixed by the later
-#   versions. A check on a small input would have passed, so a check must try large ones too.
+#   large, the small squares added to it are rounded away. A check on a small input would have
+#   passed, so a check must try large ones too.
 #
 # That is the whole machinery. The course's toolkit does the same three things with more care,
 # and every later cell uses it:
 #
-# - `kernels.load` builds a plain `.cu` file without `torch/extension.h`: seconds instead of the
-#   build time above. It hashes every source, so an edit is never served from a stale cache, and
-#   registers the launchers as PyTorch operators that work in `backward()` and `torch.compile`.
-# - `kernels.bench` times many calls per measurement, clears the {term}`L2 cache` between them so a
-#   small input is not served from cache, and takes the median of several runs.
-# - `kernels.check` compares with PyTorch in float64, not float32, on awkward sizes (one
-#   element, odd lengths, 2-D), with memory poisoned by NaN, and checks shape, dtype and device.
+# - `kernels.load` builds a plain `.cu` file without `torch/extension.h`, in seconds; it hashes
+#   every source, so an edit is never served from a stale cache.
+# - `kernels.bench` clears the {term}`L2 cache` between calls and takes the median of several
+#   runs.
+# - `kernels.check` compares with PyTorch in float64 on awkward sizes, with memory poisoned by
+#   NaN.
 #
 # ```{dropdown} Going deeper: how a tensor reaches a course kernel (the binding)
 # Every kernel file of the course is plain CUDA: no PyTorch headers, which is what keeps a build
@@ -192,9 +198,15 @@ show_source("ch2_atomics/v1_atomic_per_element.cu")
 #   memory) does not raise anything by itself; `cudaGetLastError()` returns its error, and the
 #   binding turns it into an exception. A launcher that forgets this fails silently.
 #
-# `kernels.load` builds the file: the `.cu` with nvcc, the binding with the host compiler. It
-# registers each launcher it finds as a PyTorch operator with `TORCH_LIBRARY`, with the code it
-# appends to the binding; for a file that defines `mse_launch`:
+# `kernels.load` builds the file, the `.cu` with nvcc and the binding with the host compiler, in
+# seconds: neither includes `torch/extension.h`. A second `load` of unchanged sources, even in
+# another process, reuses the build.
+#
+# ```{dropdown} Going deeper: how a launcher becomes a PyTorch operator
+# `load` registers each launcher it finds as a PyTorch operator with `TORCH_LIBRARY`, with code
+# it appends to the binding. The cell below prints that code for a file that defines
+# `mse_launch`.
+# ```
 
 # %%
 from kernels.codegen import registration
@@ -202,11 +214,9 @@ from kernels.codegen import registration
 print(registration("mylib", [("mse", "ReductionArgs")]))
 
 # %% [markdown]
-# A build takes seconds, not the minute that `torch/extension.h` and pybind11 cost: the kernel
-# file includes only CUDA headers and the binding only the few ATen headers it needs. A second
-# `load` of unchanged sources, even in another process, reuses the build. The result is a
-# `Kernel` whose attributes are the registered ops: `v1.mse` is `torch.ops.<library>.mse`, and
-# calling it runs the binding, which calls this launcher of the file:
+# The result of `load` is a `Kernel` whose attributes are the registered ops: `v1.mse` is
+# `torch.ops.<library>.mse`, and calling it runs the binding, which calls this launcher of the
+# file:
 
 # %%
 show_source("ch2_atomics/v1_atomic_per_element.cu", start='extern "C"', end="}")
@@ -217,14 +227,13 @@ v1
 
 # %% [markdown]
 # Before any timing, correctness. `kernels.check` compares the op with PyTorch in float64 on
-# awkward sizes (one element, less than a block, not a multiple of the block, 2-D), fresh random
-# inputs, an allocator poisoned with NaN, and checks the result's shape, dtype and device:
+# awkward sizes: one element, less than a block, not a multiple of the block, 2-D. It uses fresh
+# random inputs and an allocator poisoned with NaN, and checks the result's shape, dtype and
+# device.
 
 # %% [markdown]
-# One float receives all $n$ additions, and once that running sum is large the small squares
-# added to it are rounded away: version 1 loses digits as $n$ grows (its header gives the
-# measured error). We check it with a tolerance of $10^{-3}$ on the cases up to $10^5$ elements;
-# the cell after it shows the large case failing.
+# Version 1 loses digits as $n$ grows, as `allclose` showed. We check it with a tolerance of
+# $10^{-3}$ on the cases up to $10^5$ elements; the cell after it shows the large case failing.
 
 # %% tags=["gpu"]
 small = [(label, shape) for label, shape in kernels.get_loss("mse").check_shapes
@@ -264,9 +273,12 @@ for what, args in bad_inputs.items():
 # All $n$ atomics of version 1 go to one address. Atomics on global memory are performed by the
 # L2 cache, and the L2 serves the atomics to one address one after another; the thousands of
 # threads in flight only queue up. If that is the limit, the time grows in proportion to $n$
-# and the rate of atomics is a constant of the hardware. We time version 1 at a few sizes (only
+# and the rate of atomics is a constant of the hardware. We time version 1 at a few sizes, only
 # up to $2^{24}$ elements and with few repetitions: at $2^{30}$, 64 times $2^{24}$, a single
-# call would take over a second):
+# call would take over a second.
+#
+# **Predict first.** Each size below is 16 times the one before. If one address serialises the
+# atomics, what happens to the time per call, and to the atomics completed per nanosecond?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 for n in (1 << 16, 1 << 20, 1 << 24):
@@ -275,8 +287,16 @@ for n in (1 << 16, 1 << 20, 1 << 24):
           f"{m.gbps:7.1f} GB/s")
 
 # %% [markdown]
-# The rate of atomics (the middle column) hardly moves once the GPU is full: version 1 is limited
-# by how fast one address can be updated, not by memory {term}`bandwidth`. The cure is fewer atomics.
+# ```{admonition} Answer
+# :class: dropdown
+#
+# The time grows about in proportion to $n$, and the rate of atomics (the middle column) hardly
+# moves once the GPU is full. The GB/s column is a tiny share of the read bandwidth printed at the
+# top of the chapter.
+# ```
+#
+# Version 1 is limited by how fast one address can be updated, not by memory {term}`bandwidth`.
+# The cure is fewer atomics.
 #
 # ```{figure} ../book/images/ch2_atomics_queue.svg
 # :alt: Top: threads send their atomicAdd to one output address in L2, where they wait in a single queue. Bottom: a log-scale bar chart of the atomics on that address for 2^24 elements: one per element in version 1, one per thread, per warp and per block of an H100-sized resident grid in versions 2 to 4.
@@ -288,9 +308,9 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 # ## Version 2: accumulate in a register first
 #
 # Launch only as many threads as fit on the GPU at once, and let each walk the input with a
-# *{term}`grid-stride loop`*: thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
-# {term}`register` and does one atomic at the end. Consecutive threads still read consecutive elements,
-# so the loads of a warp stay coalesced.
+# *{term}`grid-stride loop`*. Thread $k$ of $T$ adds elements $k, k+T, k+2T, \dots$ into a private
+# {term}`register` and does one atomic at the end. Consecutive threads still read consecutive
+# elements, so the loads of a warp stay coalesced.
 #
 # ```{figure} ../book/images/ch2_coalesced.svg
 # :alt: Two panels. Left: the 32 lanes of a warp read 32 consecutive floats, one 128-byte line of four 32-byte sectors, all bytes used. Right: lane k reads float 8k, so each lane touches its own sector: 32 sectors, 1024 bytes moved for 128 used.
@@ -300,7 +320,12 @@ for n in (1 << 16, 1 << 20, 1 << 24):
 # ```
 
 # %%
-show_source("ch2_atomics/v2_thread_accumulate.cu")
+show_diff("ch2_atomics/v1_atomic_per_element.cu", "ch2_atomics/v2_thread_accumulate.cu")
+
+# %% [markdown]
+# The diff above, below the new header: the kernel's body becomes a loop whose step is the whole
+# grid (`stride`), `acc` collects the squares, and the one `atomicAdd` moves after the loop. The
+# launcher asks once how many blocks fit on the GPU (`resident_blocks`) and launches no more.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v2 = load("ch2_atomics/v2_thread_accumulate.cu")
@@ -323,7 +348,11 @@ check(v2.mse, "mse", rtol=1e-4)  # a few hundred thousand float atomics: ~1e-5 l
 # ```
 
 # %%
-show_source("ch2_atomics/v3_warp_atomics.cu")
+show_diff("ch2_atomics/v2_thread_accumulate.cu", "ch2_atomics/v3_warp_atomics.cu")
+
+# %% [markdown]
+# The diff: a new function `warp_sum` with the five shuffles, and the atomic moves behind
+# `if (threadIdx.x % 32 == 0)`. The loop is unchanged.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v3 = load("ch2_atomics/v3_warp_atomics.cu")
@@ -340,7 +369,12 @@ check(v3.mse, "mse")
 # shuffles again. One atomic per block remains.
 
 # %%
-show_source("ch2_atomics/v4_block_atomics.cu")
+show_diff("ch2_atomics/v3_warp_atomics.cu", "ch2_atomics/v4_block_atomics.cu")
+
+# %% [markdown]
+# The diff: a shared array `warp_sums` of one float per warp, filled by each warp's lane 0, the
+# barrier, and a second `warp_sum` in the first warp over those values. Only thread 0 of the
+# block calls `atomicAdd`.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4 = load("ch2_atomics/v4_block_atomics.cu")
@@ -392,12 +426,10 @@ spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.m
 
 # %% [markdown]
 # Read the output above: the atomic versions give several different results for the same input,
-# `torch.mean` always the same one; and the error against float64 grows with the number of
-# additions that go through one float accumulator. Version 1 is by far the worst, as expected:
-# near the end of its sum the accumulator is huge, and each small addend is rounded to its
-# precision. None of the atomic versions matches `torch.mean`'s error at either size.
-# A deterministic and more accurate sum is the subject of chapter 4; first, chapter 3 makes the
-# reduction fast.
+# `torch.mean` always the same one. The error against float64 grows with the number of additions
+# that go through one float accumulator, so version 1 is by far the worst. None of the atomic
+# versions matches `torch.mean`'s error at either size. Chapter 4 makes the sum deterministic and
+# more accurate; first, chapter 3 makes it fast.
 #
 # ## Throughput against size
 #
@@ -405,6 +437,11 @@ spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.m
 # `torch.compile`, which fuses the three eager kernels into one reduction. Version 1 is timed only
 # up to $2^{24}$ elements, with fewer repetitions (see above). The rows go to
 # `book/results/ch2.csv`.
+#
+# **Predict first.** Version 2 cuts the atomics from one per element to one per resident thread,
+# version 3 by 32 times more, version 4 by 8 times more. Which step do you expect to be worth
+# most at $2^{24}$ elements? At $2^{30}$, where each thread loops over thousands of elements, do
+# the versions still differ much, and does any reach `torch.compile`?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
@@ -432,25 +469,30 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
                                 "mse"))
 
 # %% [markdown]
-# The plot and the table show the ladder: each version issues fewer atomics. Version 2 is far
-# faster than version 1 from about a million elements up (below that the two are level), and
-# version 3 far faster than version 2 except at the largest size,
-# where its lead shrinks. From version 3 to version 4 the gain depends on the size: version 4 is
-# ahead in the middle of the range, and the two are close at the smallest sizes and level at
-# the largest ones, where the atomics no longer matter. At the two largest sizes both stay
-# several percent below `torch.compile`, which reaches the read bandwidth; `torch.compile` is ahead
-# of every version at every size, and version 4 comes closest from $2^{24}$ to $2^{26}$
-# elements, within a few percent of it (the table above).
-# What remains between the best version and
-# the bandwidth line is, we claim, how the loads are made (4 bytes at a time, one per input per
-# thread) and, at small sizes, the three launches per call. The first part of that claim can
-# be checked.
+# ```{admonition} Answer
+# :class: dropdown
+#
+# Read the table. Version 2 is far faster than version 1 from about a million elements up
+# (below that the two are level): the first step is the largest. Version 3 is far faster than
+# version 2 except at the largest size, where its lead shrinks. From version 3 to version 4 the
+# gain depends on the size. Version 4 is ahead in the middle of the range; the two are close at
+# the smallest sizes and level at the largest ones, where the atomics no longer matter.
+#
+# At the two largest sizes both stay several percent below `torch.compile`, which reaches the
+# read bandwidth. `torch.compile` is ahead of every version at every size; version 4 comes
+# closest from $2^{24}$ to $2^{26}$ elements, within a few percent of it.
+# ```
+#
+# Each version issues fewer atomics, and each is faster, until the atomics no longer matter.
+# What remains between the best version and the bandwidth line is, we claim, how the loads are
+# made (4 bytes at a time) and, at small sizes, the three launches per call. The first part of
+# that claim can be checked.
 #
 # ## What the profiler says
 #
 # Nsight Compute reads the GPU's own counters while a kernel runs ({doc}`../book/profiling`
 # explains the tool and each number). We profile versions 2 to 4 and `torch.sum` at $2^{28}$
-# elements: how busy DRAM was, how many warps were resident, and how long a warp waited
+# elements. It says how busy DRAM was, how many warps were resident, and how long a warp waited
 # between two instructions, most of it for a global load (*stalled on memory*).
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -474,13 +516,13 @@ if counters:
 
 # %% [markdown]
 # Two readings. Version 2 keeps DRAM busy for a far smaller share of its time than the others,
-# yet it makes the same loads: its time ends with one atomic per thread on one address, during
+# yet it makes the same loads. Its time ends with one atomic per thread on one address, during
 # which no load is in flight, and DRAM throughput is an average over the kernel's whole
-# duration. Versions 3 and 4 have almost every warp slot filled ({term}`occupancy`), and their warps
-# spend most of each instruction's wait on memory; still DRAM is less busy than under
-# `torch.sum`. To keep memory busy the GPU needs *bandwidth x {term}`latency`* {term}`bytes in flight`
-# ({term}`Little's law`); each thread of versions 3 and 4 has one 4-byte load per input in flight at a
-# time, which the machine code shows:
+# duration. Versions 3 and 4 have almost every warp slot filled ({term}`occupancy`), and their
+# warps spend most of each instruction's wait on memory; still DRAM is less busy than under
+# `torch.sum`. To keep memory busy the GPU needs *bandwidth x {term}`latency`*
+# {term}`bytes in flight` ({term}`Little's law`), and the width of each load is one lever. The
+# machine code shows the loads version 4 makes:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 [(name, instructions)] = profile.sass(v4, "block_atomics").items()
@@ -491,10 +533,11 @@ print("loads in block_atomics:",
 print(profile.excerpt(instructions, r"LDG", 6))
 
 # %% [markdown]
-# Every global load of version 4 is an `LDG.E`, 4 bytes; none is 16 bytes wide. The listing
-# from the first one shows the next instructions working out the target's index (Hinge's
-# broadcast) before the loop can go on: each thread has a load or two in flight, 8 bytes at
-# most. Chapter 3 ends with 16-byte loads, several in flight per thread.
+# Every global load of version 4 is an `LDG.E`, 4 bytes; none is 16 bytes wide (the first
+# line). The excerpt under it starts at the kernel's first load, which is in the branch for a
+# broadcast target: the instructions after it work out `i % target_len`. An MSE call, whose
+# target has the prediction's shape, skips that branch; its loop makes the same 4-byte loads.
+# Chapter 3 ends with 16-byte loads: four times the bytes per load instruction.
 #
 # ## Summary
 #
@@ -502,12 +545,27 @@ print(profile.excerpt(instructions, r"LDG", 6))
 #   memory: the rate of atomics hardly moves once the GPU is full (the contention table).
 # - The cure is fewer atomics: a register per thread with a {term}`grid-stride loop`, then a
 #   {term}`warp shuffle`, then the block's {term}`shared memory`. Each version issues fewer; the
-#   throughput table says what each step is worth at each size.
+#   ladder table below says what each step is worth.
 # - Float atomics add in whatever order the hardware serves them: the same input gives several
 #   different results, and no atomic version matches `torch.mean`'s error. Chapter 4 fixes both.
-# - `torch.compile` stays ahead of every version. The profiler says why: each thread has one
-#   4-byte load per input in flight, too few {term}`bytes in flight`. Chapter 3 widens the loads.
+# - `torch.compile` stays ahead of every version. The profiler shows DRAM less busy than under
+#   `torch.sum`, and every load 4 bytes wide: too few {term}`bytes in flight`. Chapter 3 widens
+#   the loads.
 #
+# The ladder at $2^{24}$ elements, the largest size version 1 is timed at, each version against
+# the one before (step) and against version 1:
+
+# %% tags=["nbval-ignore-output"]
+CHANGES = {"v1": "one atomic per element", "v2": "a sum per thread (grid-stride loop)",
+           "v3": "a sum per warp (shuffles)", "v4": "a sum per block (shared memory)"}
+# The largest size measured for version 1, which is timed only up to 2^24 elements.
+shape = max({r["shape"] for r in results.select(rows, loss="mse", provider="v1")},
+            key=lambda s: s[0])
+print(f"MSE, {shape[0]:,} elements")
+Markdown(results.speedup_table(rows, list(CHANGES), "mse", shape, baseline="v1",
+                               changes=CHANGES))
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that

@@ -44,7 +44,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`thread`, {term}`block`,
 # {term}`atomic`, {term}`bandwidth`, {term}`SASS`.
 #
-# **Reading time:** about 11 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 12 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -52,7 +52,16 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # still read memory 4 bytes at a time. This chapter builds the block reduction step by step, the
 # way Mark Harris's classic CUDA reduction does {cite}`harris2007reduction`: a tree in shared
 # memory, then one fix per version. Each {term}`kernel` file's header says what it fixes and what is
-# still slow; the table at the end says how much each step was worth on our GPU.
+# still slow; the table at the end says how much each step was worth on our GPU. The ladder:
+#
+# | version | the one change | what it buys (measured below) |
+# |---|---|---|
+# | 1 | a tree in shared memory | the starting point |
+# | 2 | working threads packed into the first warps | slower on this GPU: bank conflicts |
+# | 3 | sequential addressing | wins back version 2's loss, and little more |
+# | 4 | two loads per thread, the first add during the load | the first large gain |
+# | 5 | the last warp with shuffles | a smaller gain |
+# | 6 | 16-byte loads and a grid sized to the GPU | close to the read bandwidth |
 #
 # Then the same skeleton computes every element-wise loss of the course: a new loss is a functor
 # of a few lines.
@@ -65,17 +74,17 @@ from IPython.display import Markdown
 
 import kernels
 from kernels import Chapter, bench, check, load, results
-from kernels.notebook import show_source
+from kernels.notebook import show_diff, show_source
 
 ch = Chapter("ch3")  # the chapter's id, GPU and read bandwidth, for its measurements
 
 # %% [markdown]
 # One detail first. Versions 1 to 5 use one block per 256 or 512 elements: millions of blocks at
 # $2^{30}$ elements. If each added its sum into one float, those atomics would queue on one
-# address (chapter 2's contention): at the rate chapter 2 measured for one address, they alone
+# address (chapter 2's contention). At the rate chapter 2 measured for one address, they alone
 # would take about as long as a whole pass of these kernels, and would blur the differences
-# between the versions. So block $b$ adds
-# into slot $b \bmod 1024$, and a last small kernel adds the 1024 slots and divides by $n$:
+# between the versions. So block $b$ adds into slot $b \bmod 1024$, and a last small kernel adds
+# the 1024 slots and divides by $n$:
 
 # %%
 show_source("common/block_slots.cuh")
@@ -134,9 +143,7 @@ print(profile.excerpt(instructions, r"BAR", 10))  # the first rounds: test, load
 #
 # In version 1, the threads that work in a round are spread over all warps, so every warp runs
 # the round even when one of its threads works. Computing the index as `2 * s * tid` packs the
-# working threads into the first warps. (On this GPU the fix does not pay: the table at the end
-# shows version 2 slower than version 1. Its new access pattern has a cost of its own, the
-# subject of version 3.)
+# working threads into the first warps.
 #
 # ```{figure} ../book/images/ch3_tree_v2.svg
 # :alt: Version 2's tree drawn for 16 values: thread tid adds at index 2 s tid, so the working threads are the first ones and whole warps go idle. The table for 256 threads shows the warps that run dropping to 1 from s = 4, but 2 to 8 wavefronts per access; the bank map shows warp 0's words at s = 4 falling 8 to a bank.
@@ -146,7 +153,12 @@ print(profile.excerpt(instructions, r"BAR", 10))  # the first rounds: test, load
 # ```
 
 # %%
-show_source("ch3_block_reduction/v2_interleaved_strided.cu")
+show_diff("ch3_block_reduction/v1_interleaved_divergent.cu",
+          "ch3_block_reduction/v2_interleaved_strided.cu")
+
+# %% [markdown]
+# The diff above: the round's test `tid % (2 * s) == 0` becomes `index < kThreads` with
+# `index = 2 * s * tid`, and the thread adds at `index` instead of at its own `tid`.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v2 = load("ch3_block_reduction/v2_interleaved_strided.cu")
@@ -158,7 +170,7 @@ check(v2.mse, "mse")
 # %% [markdown]
 # ## Version 3: sequential addressing
 #
-# Shared memory is split into 32 banks of 4-byte words; the threads of a warp that touch
+# Shared memory is split into 32 banks of 4-byte words. The threads of a warp that touch
 # different words of one bank wait for each other: the access is served in as many
 # *wavefronts* as the most crowded bank has words. In round $s$ of version 2, thread `tid`
 # touches word `2 * s * tid`, so the warp's addresses are $2s$ words apart and $2s$ of them
@@ -198,7 +210,12 @@ for s, working, warps, ways in strided_rounds():
 # (65536 blocks):
 
 # %%
-show_source("ch3_block_reduction/v3_sequential.cu")
+show_diff("ch3_block_reduction/v2_interleaved_strided.cu",
+          "ch3_block_reduction/v3_sequential.cu")
+
+# %% [markdown]
+# The diff: the loop now counts `s` down from half the block, and thread `tid` adds
+# `sdata[tid + s]` onto `sdata[tid]`. The rest of the kernel is unchanged.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v3 = load("ch3_block_reduction/v3_sequential.cu")
@@ -236,7 +253,12 @@ if banks:
 # and adds them before the tree: half as many blocks.
 
 # %%
-show_source("ch3_block_reduction/v4_first_add_during_load.cu")
+show_diff("ch3_block_reduction/v3_sequential.cu",
+          "ch3_block_reduction/v4_first_add_during_load.cu")
+
+# %% [markdown]
+# The diff: a function `squared_error` returns 0 past the end, each thread stores the sum of two
+# of them a block apart, and the launcher starts one block per `2 * kThreads` elements.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4 = load("ch3_block_reduction/v4_first_add_during_load.cu")
@@ -253,7 +275,12 @@ check(v4.mse, "mse")
 # without barriers; since Volta's independent thread scheduling that is a race.)
 
 # %%
-show_source("ch3_block_reduction/v5_warp_shuffle_tail.cu")
+show_diff("ch3_block_reduction/v4_first_add_during_load.cu",
+          "ch3_block_reduction/v5_warp_shuffle_tail.cu")
+
+# %% [markdown]
+# The diff: the tree in shared memory stops at `s > 32`, and the first warp adds the last 64
+# values with one add and five shuffles, as in chapter 2.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v5 = load("ch3_block_reduction/v5_warp_shuffle_tail.cu")
@@ -265,9 +292,9 @@ check(v5.mse, "mse")
 # %% [markdown]
 # ## Version 6: wide loads, a grid sized to the GPU, any loss
 #
-# The tree is no longer the problem; memory is. To reach the {term}`bandwidth` a GPU needs many bytes in
-# flight: each thread now issues several 16-byte loads (`float4`) before it uses any, and the
-# grid is just the blocks that fit on the GPU at once, each thread walking the input with a
+# The tree is no longer the problem; memory is. To reach the {term}`bandwidth` a GPU needs many
+# bytes in flight. Each thread now issues several 16-byte loads (`float4`) before it uses any.
+# The grid is just the blocks that fit on the GPU at once, each thread walking the input with a
 # grid-stride loop, so that the tree and the atomic happen once per resident block instead of
 # once per 512 elements. Unaligned views and odd sizes are handled at the edges.
 #
@@ -278,11 +305,14 @@ check(v5.mse, "mse")
 # Version 6's grid-stride loop, drawn for a grid of 4 blocks: each thread keeps `kUnroll` 16-byte loads in flight, a grid's stride apart, and the whole grid moves on together.
 # ```
 #
-# Version 6 is also a template over the *loss*: the per-element work is a functor.
+# Version 6 is also a template over the *loss*: the per-element work is a functor. It changes
+# the loop, the loads and the launch, and adds the template, so a diff against version 5 would
+# be longer than the file: it is shown whole.
 #
-# How many loads in flight? The loop is written with `kUnroll = 4` float4 loads per input per
-# iteration, but the compiler decides what is issued together. The machine code of the main
-# loop, from its first 16-byte load:
+# **Predict first.** The loop is written with `kUnroll = 4` float4 loads per input per
+# iteration, but the compiler decides what is issued together. How many bytes per thread do you
+# expect in flight? The cell after the check prints the machine code of the main loop, from its
+# first 16-byte load.
 
 # %%
 show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu")
@@ -299,10 +329,14 @@ check(v6.mse, "mse")
 print(profile.excerpt(loop, r"LDG\.E(\.\w+)*\.128", 12))
 
 # %% [markdown]
+# ```{admonition} Answer
+# :class: dropdown
+#
 # Four 16-byte loads (`LDG.E...128`), two per input, before the arithmetic on the first two:
 # 64 bytes per thread in flight, not the `kUnroll` x 2 x 16 = 128 the source suggests. The
 # compiler reuses the registers of one unrolled iteration for the next, and picks the depth;
 # the unrolling only gives it room.
+# ```
 #
 # The check also covers unaligned views (`x[1:]` starts 4 bytes past a 16-byte boundary), which
 # version 6 handles by peeling its first elements:
@@ -325,8 +359,8 @@ show_source("common/losses.cuh")
 # %% [markdown]
 # Version 6 instantiates its template for `SmoothL1Loss` and `HingeLoss` as well as `MseLoss`.
 # Hinge needs care with shapes. KernelBench's Hinge loss takes predictions of shape $(N, D)$ and
-# targets of shape $(N,)$, and `torch.mean(torch.clamp(1 - pred * target, min=0))` **broadcasts
-# from the right**: the target is read as a row of length $D$ repeated over the $N$ rows, so
+# targets of shape $(N,)$. `torch.mean(torch.clamp(1 - pred * target, min=0))` **broadcasts
+# from the right**: the target is read as a row of length $D$ repeated over the $N$ rows. So
 # `pred[i, j]` meets `target[j]`, not `target[i]` (and $D$ must equal $N$). On the CPU:
 
 # %%
@@ -353,6 +387,10 @@ check(v6.hinge, "hinge")
 # Every version on MSE, and version 6 on all three losses, against eager PyTorch and
 # `torch.compile`, from $2^{12}$ to $2^{30}$ elements. (Hinge's shapes are square-ish 2-D with a
 # broadcast target: `kernels.bench.element_wise_shape`.)
+#
+# **Predict first.** Versions 2, 3 and 5 change the tree; versions 4 and 6 change how memory is
+# read. At $2^{30}$ elements, which steps do you expect to be worth most? And is version 2, which
+# removes divergence, faster than version 1?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
@@ -368,20 +406,9 @@ for loss, versions in [("mse", {"v1": v1.mse, "v2": v2.mse, "v3": v3.mse, "v4": 
 ch.save(measured)
 print(f"{len(measured)} measurements saved")
 
-# %% [markdown]
-# The ladder at the largest size measured ($2^{30}$ elements, 4 GiB per input, in the published
-# run), each version against the one before it (step) and against version 1 (cumulative),
-# generated from the measurements:
-
 # %% tags=["nbval-ignore-output"]
-rows = ch.rows()
+rows = ch.rows()  # book/results/ch3.csv
 VERSIONS = ["v1", "v2", "v3", "v4", "v5", "v6"]
-largest = max({r["shape"] for r in results.select(rows, loss="mse")},
-              key=lambda shape: shape[0])
-print(f"MSE, {largest[0]:,} elements")
-Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1"))
-
-# %% tags=["nbval-ignore-output"]
 # The tree versions 1 to 3, close together, in grey: the colours are the steps that change how
 # memory is read.
 kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", *VERSIONS],
@@ -391,18 +418,25 @@ kernels.plot_throughput(rows, "mse", providers=["eager", "torch.compile", *VERSI
 Markdown(results.markdown_table(rows, ["eager", "torch.compile", *VERSIONS], "mse"))
 
 # %% [markdown]
-# The step column says what each fix is worth on this GPU; compare it with Harris's 2007
-# measurements {cite}`harris2007reduction`. On this GPU the ladder does not climb at every
-# step: version 2 is *slower* than version 1 (a step speed-up below 1), and version 3 only wins
-# that back, ending slightly ahead of version 1. For a loss that reads two large inputs the tree
-# is a small part of the work: the gains that last come from the steps that change how memory is
-# read, version 4's two loads per thread and version 6's wide loads and resident grid, with a
-# smaller one from version 5's shuffle tail; version 3's step, as large as these, mostly wins
-# back what version 2 lost. Version 6 comes close to the read bandwidth at the largest sizes and
-# is just behind `torch.compile`, within a few percent, from $2^{24}$ elements up; below that it
-# is further behind, where its three launches per call weigh more than `torch.compile`'s. At
-# small sizes the six versions are within a sixth of one another: they are bound by launches
-# (three per call), which chapter 4 reduces.
+# ```{admonition} Answer
+# :class: dropdown
+#
+# Read the last row of the table, and the step column of the ladder table in the summary. On
+# this GPU the ladder does not climb at every step: version 2 is *slower* than version 1, and
+# version 3 only wins that back, ending slightly ahead of version 1. For a loss that reads two
+# large inputs the tree is a small part of the work. The gains that last come from the steps
+# that change how memory is read: version 4's two loads per thread and version 6's wide loads
+# and resident grid, with a smaller one from version 5's shuffle tail. Version 3's step, as large
+# as these, mostly wins back what version 2 lost. Compare with Harris's 2007 measurements
+# {cite}`harris2007reduction`, where every step paid.
+# ```
+#
+# Version 6 comes close to the read bandwidth at the largest sizes. It is just behind
+# `torch.compile`, within a few percent, from $2^{24}$ elements up; below that it is further
+# behind, where its three launches per call weigh more than `torch.compile`'s. At small sizes the
+# six versions are within a sixth of one another: they are bound by launches (three per call),
+# which chapter 4 reduces.
+#
 # Smooth L1 and Hinge with the same kernel:
 
 # %% tags=["nbval-ignore-output"]
@@ -417,7 +451,7 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 
 # %% [markdown]
 # For Smooth L1, `torch.compile` is ahead of version 6 at every size up to $2^{22}$ elements,
-# where version 6's three launches per call weigh most; from $2^{24}$ elements up the two are
+# where version 6's three launches per call weigh most. From $2^{24}$ elements up the two are
 # level, version 6 just behind at every size (the first table). For Hinge, `torch.compile` is
 # ahead at every size, by little from $2^{24}$ elements up, and version 6 is just behind it at
 # $2^{30}$ (the second table).
@@ -435,6 +469,19 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
 # - A loss is a functor: the same kernel computes Smooth L1 and Hinge, with Hinge's broadcast
 #   from the right, and passes the same checks.
 #
+# The ladder at the largest size measured, each version against the one before (step) and
+# against version 1 (cumulative):
+
+# %% tags=["nbval-ignore-output"]
+CHANGES = {"v1": "a tree in shared memory", "v2": "working threads in the first warps",
+           "v3": "sequential addressing", "v4": "the first add during the load",
+           "v5": "the last warp with shuffles", "v6": "16-byte loads, a resident grid"}
+largest = max({r["shape"] for r in results.select(rows, loss="mse")},
+              key=lambda shape: shape[0])
+print(f"MSE, {largest[0]:,} elements")
+Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1", changes=CHANGES))
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that

@@ -46,7 +46,6 @@ MEASURE = re.compile(rf"{NUMBER}(?:[ \t\u00a0]*{UNIT}|[x×])(?![\w/])")
 ALLOWED = {
     # Sizes of inputs and of the data an operation must move: definitions, from the shapes.
     "4 GiB per tensor": "2^30 float32 values, chapter 1's largest input",
-    "4 GiB per input": "2^30 float32 values",
     "holds 16 GiB of GPU memory at once (two 4 GiB inputs":
         "a requirement from the input sizes (two inputs plus two eager temporaries), not a timing",
     "a 4 GiB tensor has more bytes": "2^30 float32 values",
