@@ -45,19 +45,23 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`spill`, {term}`compute capability`, {term}`grid-stride loop`, {term}`stream`,
 # {term}`roofline`.
 #
-# **Reading time:** about 16 minutes. **Run time:** about 3 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 3 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Chapter 3's {term}`kernels <kernel>` are fast, but their {term}`blocks <block>` still meet through float {term}`atomics <atomic>`: the last bits
-# of the loss change from run to run, and a bug report that says "the loss differs" cannot be
-# told apart from noise. This chapter removes the atomics. Pass 1 writes one partial sum per
-# block (or per tile) to scratch memory; pass 2, one block, adds the partials in a fixed order and
-# writes the mean. Everything stays on the GPU: the op returns a 0-d tensor on the device and
-# never waits for the GPU.
+# Chapter 3's {term}`kernels <kernel>` are fast, but their {term}`blocks <block>` still meet
+# through float {term}`atomics <atomic>`: the last bits of the loss change from run to run, and a
+# bug report that says "the loss differs" cannot be told apart from noise. This chapter removes
+# the atomics. Pass 1 writes one partial sum per block (or per tile) to scratch memory; pass 2,
+# one block, adds the partials in a fixed order and writes the mean, on the GPU. The ladder:
 #
-# Then three questions: how accurate is a float32 sum of $2^{30}$ values, is a second launch
-# worth avoiding, and what does `torch.compile` do that reads the last few percent faster?
+# | version | the one change | what it shows |
+# | --- | --- | --- |
+# | v1 | one partial per block, added in a fixed order by a second launch | the same bits on every run, on one GPU |
+# | v2 | fixed tiles of consecutive elements, one partial per tile | the same bits whatever the grid, so on any GPU |
+# | v3 | one launch: the last block to finish adds the partials | ahead only at the smallest size |
+# | v4 | Kahan's compensated sum in every lane | for the accuracy study: the result does not move |
+# | v5 | the shape of `torch.compile`'s grid, tuned for small and middle sizes | the final kernel: level with or ahead of `torch.compile` at most sizes |
 
 # %%
 import math
@@ -149,11 +153,14 @@ check(v2.hinge, "hinge")
 
 # %% [markdown]
 # We cannot change this GPU's SM count, but we can redo both summation orders in PyTorch on the
-# CPU, in float32 like the kernels, for the grids that three GPUs would launch (8 blocks of 256
+# CPU, in float32 like the kernels, for the grids three GPUs would launch (8 blocks of 256
 # threads per SM). Version 1's order: thread $k$ of the grid adds elements $k, k + T, \dots$, then
-# each block adds its threads, then the block partials are added in float64. Version 2's order:
-# one float32 partial per tile of 8192 elements, then the partials in float64. The grid does not
-# appear in it at all.
+# each block adds its threads, then the block partials are added in float64. Version 2's order
+# has no grid in it: one float32 partial per tile of 8192 elements, then the partials in float64.
+#
+# **Predict.** The partials differ between grids in their last bits, but the mean is rounded to
+# float32 at the end. For how many of 200 random inputs will version 1's float32 mean differ
+# between the three grids: none, a few, or most?
 
 # %% tags=["nbval-ignore-output"]
 def v1_order(x, blocks, threads=256):
@@ -192,10 +199,13 @@ if example:
           + f"; version 2 {v2_mean!r}")
 
 # %% [markdown]
-# Version 1's sum of partials changes with the grid in its last digits; version 2's cannot. After
-# the division the mean is rounded to float32, which hides such a small difference most of the time. It does not when the exact mean lies close to a rounding boundary: then the last bit flips,
-# for a few inputs in a hundred above. Reproducible bits need an order that does not depend on
-# the launch, not luck.
+# ```{admonition} Answer
+# :class: dropdown
+# A few (the count above). Rounding the mean to float32 hides a difference in the last digits
+# of the sum most of the time, but not when the exact mean lies close to a rounding boundary:
+# then the last bit flips. Reproducible bits need an order that does not depend on the launch,
+# not luck.
+# ```
 #
 # On the GPU, both versions give one result however often they run. We call each 100 times on
 # one input of $2^{24}$ elements and count the distinct results; chapter 3's version 6, with its
@@ -228,11 +238,20 @@ print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) i
 # version 2's tiles and lets the *last* block to finish do pass 2. Every block counts itself done
 # on an atomic counter, and the one that sees the count reach the grid size knows all partials
 # are written. It adds them in the same fixed order, so which block happens to be last changes
-# nothing. The counter must be 0 at every launch; the header explains the two ways the file
-# offers (`mse`, with the counter in the workspace, and `mse_global_counter`). Note that `mse`
-# (and `smooth_l1`, `hinge`), the entry points timed below, zero their counter with a
-# `cudaMemsetAsync` before any launch of more than one block: one kernel launch instead of two,
-# but still two operations on the {term}`stream`.
+# nothing. In the file below, version 2's pass-2 kernel becomes `last_block_mean`, called at the
+# end of pass 1 by the block whose `atomicInc` returns the last count, and the launcher starts
+# one kernel instead of two.
+#
+# ```{admonition} Going deeper: resetting the counter, and plain loads
+# :class: dropdown
+# The counter must be 0 at every launch; the header explains the two ways the file offers
+# (`mse`, with the counter in the workspace, and `mse_global_counter`). The entry points timed
+# below, `mse`, `smooth_l1` and `hinge`, zero their counter with a `cudaMemsetAsync` before any
+# launch of more than one block: one kernel launch instead of two, but still two operations on
+# the {term}`stream`. The file also makes a second, smaller change: from $2^{27}$ elements on,
+# version 3 reads with plain loads instead of streaming ones (`kPlainLoadsFrom`), which measured
+# faster there.
+# ```
 
 # %%
 show_source("ch4_two_pass/v3_last_block_finishes.cu")
@@ -337,7 +356,11 @@ print(f"exact:              {1 << 25}")
 # at $2^{30}$), then trees and a float64 final pass. Chapter 2's atomics add every block's
 # partial into one float (chapter 2's version 4, shown here by its header). We measure each
 # against the float64 mean at $2^{30}$ elements (errors also in units of the float32 spacing at
-# the result, ulp):
+# the result, ulp).
+#
+# **Predict.** Which lands furthest from the float64 mean: chapter 2's atomics, version 1's long
+# runs per thread, or version 2's tiles? And does Kahan's compensation (version 4) move the
+# float32 result?
 
 # %%
 show_source("ch2_atomics/v4_block_atomics.cu", start="// Chapter 2", end="#include")
@@ -378,25 +401,28 @@ del pred, target
 torch.cuda.empty_cache()
 
 # %% [markdown]
-# The output above is the answer for this GPU, from the same inputs for every line. Read it from
-# the top. Chapter 2's version 4, whose block sums all meet in one float through atomics, is the
-# furthest from the float64 mean, several ulp away. Chapter 3's version 6 (atomics, but only one
-# per resident block) moves from run to run, as the atomic ones do, and can land as far (in this
-# run, see its line). Version 4's `mse_sequential`, which keeps a lane's whole share in one float
-# and adds the warps' partials in float32, is about two ulp away; `torch.mean` is within an ulp.
-# Every other variant lands on the same float32 value, a small fraction of an ulp from the float64 mean, that is, the float32 value nearest to it. They are version 1, whose threads each add a few thousand
-# elements, versions 2 and 3, whose warps each add a tile, with the float64 final pass, the
-# float32 final pass (`mse_float_tree`) and Kahan's compensated lanes (version 4) alike. On this
-# input, then, the float64 final pass and the compensation change nothing in the result, because
-# the result cannot be closer than the nearest float32. The fixed-order versions also give these
-# bits on every run, which the atomic ones do not.
+# ```{admonition} Answer
+# :class: dropdown
+# Read the output from the top; every line has the same inputs. Chapter 2's version 4, whose
+# block sums all meet in one float through atomics, is the furthest, several ulp away.
+# Chapter 3's version 6 (atomics, but one per resident block) moves from run to run and can
+# land as far. Version 4's `mse_sequential`, which keeps a lane's whole share in one float and
+# adds the warps' partials in float32, is about two ulp away; `torch.mean` within an ulp. Every
+# other variant lands on the same float32 value, a small fraction of an ulp away: version 1,
+# versions 2 and 3 with their float64 final pass, the float32 final pass (`mse_float_tree`)
+# and Kahan's lanes (version 4) alike. Kahan's compensation does not move the result: nothing
+# can be closer than the float32 nearest to the float64 mean.
+# ```
+#
+# Short sequential runs and a float64 final pass are enough at $2^{30}$ elements; the
+# fixed-order versions also give these bits on every run, which the atomic ones do not.
 #
 # ## Version 5: the grid `torch.compile` chose
 #
-# At $2^{30}$ elements versions 2 and 3 read one to four percent slower than `torch.compile`
-# (the tables below), and no change of load instruction, tile size or unrolling closed that
-# gap. When the compiler wins, read what it wrote: `torch._inductor.utils.run_and_get_code`
-# returns the code Inductor generated for a function, launches included.
+# At $2^{30}$ elements versions 2 and 3 read a few percent slower than `torch.compile` (the
+# tables below). When the compiler wins, read what it wrote:
+# `torch._inductor.utils.run_and_get_code` returns the code Inductor generated, launches
+# included.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from torch._inductor.utils import run_and_get_code
@@ -413,10 +439,10 @@ del pred, target
 # %% [markdown]
 # Two Triton kernels: the first is launched with `xnumel` = 8192 programs, each reducing
 # `r0_numel` = 131072 consecutive elements to one partial; the second adds the 8192 partials.
-# That is version 2's two passes with a different split of the work. Version 5 copies the shape. A tile belongs to a block of 512 threads that read it together, and
-# the grid has one block per tile, so the hardware hands out tiles as SMs free up. Small inputs get
-# one block that writes the mean itself, and sizes that fill the block's loads exactly skip the
-# bounds checks, as Inductor's program, compiled for one size, does.
+# That is version 2's two passes with a different split of the work, and version 5 copies it.
+# A tile belongs to a block of 512 threads that read it together, and the grid has one block
+# per tile, so the hardware hands out tiles as SMs free up. Small inputs get one block that
+# writes the mean itself.
 #
 # ```{dropdown} Going deeper: what the profiler showed, and the small and exact sizes
 # Nsight Compute
@@ -449,11 +475,17 @@ del pred, target
 # ```
 #
 # Four more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a call takes
-# microseconds, not milliseconds. Up to $2^{18}$ elements one thread-block cluster replaces the two
-# passes. Above that, pass 2 is launched before pass 1 ends. Inputs read once leave L2 first, and a
-# broadcast target gets longer tiles. The first three are switches in the file (`CLUSTERS`,
-# `DEPENDENT_LAUNCH`, `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of
-# them and time the four builds beside `torch.compile`. Its table is after the measurements below.
+# microseconds. Up to $2^{18}$ elements one thread-block cluster replaces the two passes; above
+# that, pass 2 is launched before pass 1 ends; inputs read once leave L2 first; and a broadcast
+# target gets longer tiles.
+# Version 5 is a rewrite rather than one change, so it is shown whole below; the folds say what
+# each part does and what it gained.
+#
+# ```{dropdown} Going deeper: the ablation switches
+# The first three changes are switches in the file (`CLUSTERS`, `DEPENDENT_LAUNCH`,
+# `STREAM_LOADS`), so `bench/v5_ablation.py` can build version 5 without one of them and time
+# the four builds beside `torch.compile`. Its tables are after the measurements below.
+# ```
 #
 # ```{dropdown} Going deeper: clusters, dependent launch, evict-first loads, longer tiles
 # Without these four changes version 5 was a few percent to a sixth slower than `torch.compile` at
@@ -479,7 +511,7 @@ del pred, target
 #   level by events and behind by its kernels' span: this is as far as one round of loads pays.
 #   The arrival at the start is *relaxed* (`barrier.cluster.arrive.relaxed`): the default arrival
 #   also orders the block's earlier memory operations for the others, and at the start there are
-#   none; it cost about half a microsecond a call (`bench/PERFLOG.md`, session 31).
+#   none; it cost about half a microsecond a call (`bench/PERFLOG.md`).
 # - **Pass 2 starts before pass 1 ends.** Between two kernels on a stream the GPU drains the
 #   first grid, then launches the second: a few microseconds that matter when the whole sum takes
 #   ten. Hopper ({term}`compute capability` 9.0) adds *programmatic dependent launch*: pass 2 is queued
@@ -494,7 +526,7 @@ del pred, target
 #   version 3's single launch? Tried here, its last block saved what the second launch costs
 #   outside the kernels and lost as much inside them, in every block's fence and count; from
 #   $2^{22}$ elements on, where a thousand blocks and more count on one counter, it was slower
-#   (`bench/PERFLOG.md`, session 30).
+#   (`bench/PERFLOG.md`).
 # - **Inputs read once leave {term}`L2 <L2 cache>` first.** From $2^{21}$ to $2^{26}$ elements pass 1 reads with
 #   `__ldcs` (cache-streaming, evict-first), as Inductor's reductions do: the lines it will never
 #   read again do not push out lines that are still wanted, such as dirty lines waiting for
@@ -549,6 +581,9 @@ for cap in ["1", "7", "100"]:
 # add a second reference: `torch.sum` of each input, which reads exactly the bytes the loss reads
 # with PyTorch's own reduction kernel (`reduce_kernel`, the one chapter 1's profiler showed for
 # `mean`), in two launches. It computes no loss; it shows what reading those bytes costs.
+#
+# **Predict.** Version 3 saves version 2's second launch. At which sizes should it be faster,
+# and by how much: a launch's few microseconds against the reading time each size needs?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size
@@ -610,81 +645,74 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
          + results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5"], "hinge"))
 
 # %% [markdown]
-# What we expected: at large sizes a second launch is a few microseconds against milliseconds of
-# reading, and at small sizes a launch is most of the time, where one launch should win. What the
-# measurements show: version 3's single launch gains nothing consistent over version 2 on this
-# GPU. In the stored sweep (the plots above) it is ahead at the smallest size, $2^{12}$ elements,
-# by several percent, and level or behind everywhere else, by up to a sixth at $2^{14}$. What made
-# the difference is the shape of the work. Version 5 has Inductor's grid and a single block for
-# small inputs, and at the middle sizes a cluster, a second pass that starts early and evict-first
-# loads. It is the fastest of the three at all or nearly all sizes for all three losses (the count
-# above), so it is the chapter's final kernel. The plots and the choice come from the same CSV,
-# `book/results/ch4.csv`.
-#
-# ```{dropdown} Going deeper: why one launch saves so little
-# The benchmark keeps the GPU busy
-# while the host launches (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind
-# the first costs little GPU time, and version 3's timed entry points put a memset on the stream
-# before their kernel anyway.
+# ```{admonition} Answer
+# :class: dropdown
+# Expected: at small sizes a launch is most of the time, so one launch should win there; at
+# large sizes it is microseconds against milliseconds of reading. Measured (the plots, and the
+# MSE lines under the first cell): version 3 is ahead only at the smallest size, $2^{12}$
+# elements, and level or behind everywhere else. The benchmark keeps the GPU busy while the host
+# launches (chapter 1, `kernels.bench.time_ms`), so a second launch queued behind the first
+# costs little GPU time, and version 3's timed entry points put a memset on the stream before
+# their kernel anyway.
 # ```
 #
-# Against PyTorch: version 5 is faster than eager PyTorch at every size. Against
-# `torch.compile`, read the ratio tables below (time of each build / `torch.compile`'s):
-# `bench/v5_ablation.py`'s run, timed in two ways, then the chapter's own sweep and
-# `bench/reduction_targets.py`'s run. Version 5 is well ahead at $2^{14}$ elements and level
-# or a little ahead from $2^{26}$ up, for all three losses. At $2^{12}$ elements our single
-# block and `torch.compile`'s single program are level or a percent or two apart; the end of
-# the section says what is left between them.
+# What made the difference is the shape of the work. Version 5 is the fastest of the three at
+# all or nearly all sizes for all three losses (the count above), so it is the chapter's final
+# kernel. It is faster than eager PyTorch at every size.
 #
-# In between, from $2^{16}$ to $2^{24}$ elements, a call takes microseconds, and timing it needed a
-# fix of its own. What ran before a call moves where its blocks run, and with it the call's time,
-# by up to about a microsecond. The timing
-# now queues a random number of empty one-block launches before each call
-# ({doc}`../book/timing`), so that each median is taken over many such states. The same kernels now agree to within a percent or two (the first lines under the tables). The second
+# Against `torch.compile`, the ratio tables below give each build's time over
+# `torch.compile`'s: `bench/v5_ablation.py`'s run, timed by events and by the kernels' span, the
+# chapter's own sweep, and `bench/reduction_targets.py`'s run (the median of three). Version 5
+# is well ahead at $2^{14}$ elements and level or a little ahead from $2^{26}$ up, for all three
+# losses; at $2^{12}$ the two are level or a percent or two apart. Hinge is level from $2^{20}$
+# to $2^{24}$, while its kernels' spans are ahead or level: what it loses there is outside the
+# kernels.
+#
+# ```{dropdown} Going deeper: timing calls of a few microseconds
+# From $2^{16}$ to $2^{24}$ elements a call takes microseconds, and timing it needed a fix of
+# its own. What ran before a call moves where its blocks run, and with it the call's time, by up
+# to about a microsecond. The timing queues a random number of empty one-block launches before
+# each call ({doc}`../book/timing`), so that each median is taken over many such states. The same
+# kernels then agree to within a percent or two (the first lines under the tables). The second
 # tables time the same calls from the start of their first kernel to the end of their last
 # (`spans.call_span_ms`, from `torch.profiler`'s timestamps).
 #
-# ```{dropdown} Going deeper: what the short calls' timing had to fix
-# Timed without that lead, the plain-loads build, which under
-# $2^{21}$ elements runs version 5's very kernels (its switch acts from $2^{21}$ up), read up
-# to a tenth away from version 5, and which sizes trailed `torch.compile` changed from run to
-# run. The cause was the GPU, not the kernels: what ran before a call moves where its blocks
-# run, and with it the time of a call this short, by up to about a microsecond. That state
-# held through a whole measurement of a hundred calls and changed between measurements, so
-# two providers timed one after the other could each be timed in a different one.
+# Timed without that lead, the plain-loads build, which under $2^{21}$ elements runs version 5's
+# very kernels (its switch acts from $2^{21}$ up), read up to a tenth away from version 5, and
+# which sizes trailed `torch.compile` changed from run to run. The state that moved the time
+# held through a whole measurement of a hundred calls and changed between measurements, so two
+# providers timed one after the other could each be timed in a different one.
 #
-# The lead also guards against slow calls of `torch.compile`'s own, several times
-# its neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python
-# wrapper) can outrun the GPU work that the timing queues ahead of each call, and then the events
-# time the host. So the lead is long, and longer still before a call whose host work
-# needs it ({doc}`../book/timing`).
+# The lead also guards against slow calls of `torch.compile`'s own, several times its
+# neighbours' time: a compiled call's host work (Dynamo's guards, the graph's Python wrapper)
+# can outrun the GPU work that the timing queues ahead of each call, and then the events time
+# the host. So the lead is long, and longer still before a call whose host work needs it.
 # ```
 #
+# ```{dropdown} Going deeper: reading the ablation's tables, and what a call holds besides its kernels
 # Read together, the tables tell one story. MSE and Smooth L1 are ahead from $2^{14}$ to
-# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is ahead at $2^{16}$
-# and $2^{18}$, where the cluster runs, in all three runs. It is level with `torch.compile` from
-# $2^{20}$ to $2^{24}$, two percent either way, while its kernels' spans are ahead of Inductor's
-# there or level: what Hinge loses at those sizes is outside the kernels.
+# $2^{26}$ elements, by events and, for MSE, by the kernels' spans too. Hinge is ahead at
+# $2^{16}$ and $2^{18}$, where the cluster runs, in all three runs, and level with
+# `torch.compile` from $2^{20}$ to $2^{24}$, two percent either way.
 #
-# ```{dropdown} Going deeper: what a call holds besides its kernels
-# The last lines under the
-# ablation's tables print what each call's events hold besides its kernels, from $2^{12}$ to
-# $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold up to a quarter of a
-# microsecond more than `torch.compile`'s, and the two passes' up to half a microsecond more. At
-# $2^{20}$, where pass 2 runs, version 5's calls hold about a quarter of a microsecond more, and
-# the build with an ordinary launch of pass 2 about as much as `torch.compile`'s or less: the
-# dependent launch costs that outside the kernels. It saves more inside them (the ordinary launch
-# is slower at $2^{20}$ and $2^{22}$ elements, by both timings and for both losses). MSE's kernels
-# are far enough ahead of Inductor's to pay for it; Hinge's gain about as much as it costs. Plain
-# loads from $2^{21}$ up move the spans by a few percent at most: with the timing's clear reading
-# its buffer, L2 holds only clean lines, and the dirty lines that evict-first loads used to leave
-# alone were the old write clear's own.
+# The last lines under the ablation's tables print what each call's events hold besides its
+# kernels, from $2^{12}$ to $2^{20}$ elements. At $2^{16}$ and $2^{18}$ the cluster's calls hold
+# up to a quarter of a microsecond more than `torch.compile`'s, and the two passes' up to half a
+# microsecond more. At $2^{20}$, where pass 2 runs, version 5's calls hold about a quarter of a
+# microsecond more, and the build with an ordinary launch of pass 2 about as much as
+# `torch.compile`'s or less: the dependent launch costs that outside the kernels. It saves more
+# inside them (the ordinary launch is slower at $2^{20}$ and $2^{22}$ elements, by both timings
+# and for both losses). MSE's kernels are far enough ahead of Inductor's to pay for it; Hinge's
+# gain about as much as it costs. Plain loads from $2^{21}$ up move the spans by a few percent at
+# most: with the timing's clear reading its buffer, L2 holds only clean lines, and the dirty
+# lines that evict-first loads used to leave alone were the old write clear's own.
+#
+# `bench/reduction_targets.py` times each size three times by events and keeps the median. Its
+# published run, the last tables below, agrees with the chapter's sweep: version 5 level or a
+# percent behind at $2^{12}$ elements, ahead of `torch.compile` at $2^{16}$ and $2^{18}$ for all
+# three losses, and Hinge level, within a percent or so, from $2^{20}$ to $2^{24}$. Beside its
+# targets it prints the kernels' spans up to $2^{24}$ elements, without a target.
 # ```
-#
-# `bench/reduction_targets.py` times each size three times
-# by events and keeps the median. Its published run, the last tables below, agrees with the chapter's sweep. Version 5 is level or a percent behind at $2^{12}$ elements, ahead of `torch.compile` at $2^{16}$ and $2^{18}$ for all three losses. Hinge is level, within a
-# percent or so, from $2^{20}$ to $2^{24}$. Beside its targets it prints the
-# kernels' spans up to $2^{24}$ elements, without a target.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
@@ -744,10 +772,14 @@ Markdown("\n\n".join(f"**{loss}**, median of three\n\n"
 
 # %% [markdown]
 # The baseline is `torch.compile(dynamic=False)`: a program for each size, with that size
-# written into its code. Version 5 is one kernel for every size, and picks its full-block copy
-# at run time. Asked for one program for every size (`dynamic=True`), `torch.compile` gives up
-# its constants. The two baselines and version 5 side by side, at $2^{12}$ and $2^{14}$
-# elements, where the full-block copy runs, and at 3000 and $2^{13}$, where it does not. Each is its time / the time of the program compiled for that size (median of five runs in turn):
+# written into its code. Version 5 is one kernel for every size. Asked for one program for
+# every size (`dynamic=True`), `torch.compile` gives up its constants. Both, against the program
+# compiled for each size (time / its time, median of five runs in turn):
+#
+# ```{dropdown} Going deeper: the sizes in this table
+# At $2^{12}$ and $2^{14}$ elements the input fills version 5's block loads exactly, and its copy
+# without bounds checks runs (the fold on version 5); at 3000 and $2^{13}$ it does not.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 generic = torch.compile(kernels.get_loss("mse").reference, dynamic=True)
@@ -760,10 +792,8 @@ for n in (1 << 12, 3000, 1 << 13, 1 << 14):
 
 # %% [markdown]
 # Built for every size, `torch.compile`'s program is slower than the one built for each size,
-# and slower than version 5, at every size in the table. The program built for one size keeps
-# a lead of a few percent or less at the smallest sizes. Those are 3000 elements, where version 5
-# keeps its bounds checks and that program has its size as a constant, and $2^{12}$, where
-# neither checks its bounds.
+# and slower than version 5, at every size in the table. The program built for one size keeps a
+# lead of a few percent or less at the smallest sizes, where its size is a constant in its code.
 
 # %% [markdown]
 # ## Small margins, and a line that can be crossed
@@ -819,7 +849,7 @@ if counters:
 # - Partial sums in scratch memory, added in a fixed order, give the same bits on every run;
 #   fixed tiles (version 2) give the same bits whatever the grid, so on any GPU.
 # - The op returns its result on the device and never waits for it. One launch instead of two
-#   (version 3's last block) matters at small sizes, where the launches set the time.
+#   (version 3) gains little: the benchmark keeps the GPU busy while the host launches.
 # - At $2^{30}$ elements chapter 2's atomics land several ulp from the float64 mean; most of this
 #   chapter's variants land a small fraction of an ulp from it (the accuracy output).
 # - At the largest sizes version 5, `torch.compile` and `torch.sum` are within a few percent of
@@ -827,6 +857,21 @@ if counters:
 # - The chapter's bandwidth line is a measured stand-in for the hardware's limit, which a kernel
 #   can beat by a percent or two, never by more.
 #
+# The ladder for MSE at $2^{16}$ and $2^{30}$ elements (version 4, version 2 with compensated
+# sums for the accuracy study, is left out of the chain):
+
+# %% tags=["nbval-ignore-output"]
+VERSIONS = ["v1", "v2", "v3", "v5"]
+CHANGES = {"v1": "one partial per block, pass 2 in float64",
+           "v2": "fixed tiles: the same bits on any grid",
+           "v3": "one launch: the last block adds the partials",
+           "v5": "torch.compile's grid, tuned for small and middle sizes"}
+Markdown("\n\n".join(f"**MSE, 2^{n.bit_length() - 1} elements**\n\n"
+                       + results.speedup_table(rows, VERSIONS, "mse", (n,), baseline="v1",
+                                               changes=CHANGES)
+                       for n in (1 << 16, max(math.prod(r["shape"]) for r in rows))))
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that

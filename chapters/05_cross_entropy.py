@@ -44,7 +44,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`warp`,
 # {term}`block`, {term}`reduction`.
 #
-# **Reading time:** about 17 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -59,11 +59,14 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # \text{loss} = \frac{1}{N}\sum_i \ell_i .
 # $$
 #
-# It is still a {term}`reduction`, like the losses of chapters 1 to 4, but a reduction of reductions:
-# every row first needs its own log-sum-exp. This chapter builds one {term}`kernel` that reads each
-# logit once, computes the row's log-sum-exp in a single pass with the *online softmax*, adds
-# the rows' losses deterministically on the GPU, and, for training, writes the gradient in the
-# same pass.
+# It is still a {term}`reduction`, but a reduction of reductions: every row first needs its own
+# log-sum-exp. The chapter's ladder, measured at the KernelBench shape (the summary's table):
+#
+# | version | the one change | what it shows |
+# | --- | --- | --- |
+# | v1 | one {term}`block` per row, two passes: the row's maximum, then its sum of exponentials | one {term}`kernel` instead of PyTorch's two: faster than eager and `torch.compile` |
+# | v2 | one pass, the *online softmax* | fast on long rows; on short rows no faster, limited by instructions |
+# | v3 | threads per row by row length, the row in registers, wide loads, the gradient in the same pass | close to the read bandwidth on long rows; ahead of `torch.compile` at all row lengths but one, and in training |
 
 # %%
 import math
@@ -77,6 +80,7 @@ import kernels
 from kernels import Chapter, check, load
 from kernels.cross_entropy import cross_entropy
 from kernels.exercises.ch5_checks import check_ignore_index, check_label_smoothing, compare
+from kernels.course.notebook import show_diff
 from kernels.notebook import show_source
 
 ch = Chapter("ch5")  # the chapter's id, GPU and read bandwidth, for its measurements
@@ -106,6 +110,9 @@ del logits, target
 # The first kernel reads the logits and writes a matrix of log-probabilities of the same size;
 # the second reads one entry per row of that matrix and averages. The intermediate matrix is
 # pure traffic: a fused kernel never writes it.
+#
+# **Predict.** How many bytes must a fused kernel read at this shape, and how many times that
+# does eager PyTorch move at least?
 
 # %%
 rows, classes = 32768, 4096
@@ -115,6 +122,15 @@ print(f"a fused kernel must read:         {needed / 2**20:7.0f} MiB (logits + in
 print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} "
       "MiB of log-probabilities")
 print(f"eager moves at least {(needed + intermediate) / needed:.1f}x the bytes it must")
+
+# %% [markdown]
+# ```{admonition} Answer
+# :class: dropdown
+# A fused kernel reads each logit once, $32768 \times 4096 \times 4$ bytes, and one int64
+# target per row, $32768 \times 8$ bytes: the first line. `log_softmax` writes a matrix as large
+# as the logits, so eager moves about twice that (the last line), before counting the second
+# kernel's reads: a fused kernel has at most half of eager's bytes to move.
+# ```
 
 # %% [markdown]
 # ## A stable log-sum-exp
@@ -142,12 +158,11 @@ print("stable log-sum-exp     :", stable)
 print("torch.logsumexp        :", torch.logsumexp(x, dim=1))
 
 # %% [markdown]
-# Two more cases a kernel must get right. Masked classes are often set to $-\infty$: they add
-# $e^{-\infty} = 0$ to the sum and must not turn it into NaN. And one logit that dominates the
-# row makes the loss of its class tiny and the loss of every other class large; both must come
-# out right, not as 0 or infinity by accident. A row whose logits are *all* $-\infty$ has no
-# finite maximum: $x_j - m$ is $-\infty - (-\infty)$, NaN, and PyTorch's loss is NaN too
-# (`torch.logsumexp` alone special-cases it to $-\infty$).
+# Three more cases a kernel must get right. A masked class, set to $-\infty$, adds
+# $e^{-\infty} = 0$ and must not turn the sum into NaN. One dominating logit makes its class's
+# loss tiny and every other class's large, and both must come out right. A row of *only*
+# $-\infty$ has no finite maximum: PyTorch's loss is NaN (`torch.logsumexp` alone gives
+# $-\infty$).
 
 # %%
 rows = torch.tensor([[0.0, float("-inf"), 1.0],          # a masked class
@@ -208,14 +223,11 @@ print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
 #
 # The first kernel is the formula as written: one {term}`block` of 256 threads per row computes the
 # row's maximum (a block-wide max, as in chapter 3), then the sum of $e^{x_j - m}$, then the
-# row's loss. A second one-block kernel adds the per-row losses in a fixed order in float64
-# (chapter 4's lesson: no float atomics, the same bits on every run) and divides by the number
-# of rows whose target is not `ignore_index`. Targets are read as int64, as PyTorch stores
-# them, and an out-of-range target is never used as an index.
+# row's loss. A second one-block kernel adds the rows' losses in a fixed order in float64
+# (chapter 4: the same bits on every run) and divides by the number of rows not ignored.
 #
 # `kernels.cross_entropy.cross_entropy` is a drop-in for `F.cross_entropy` that runs a given
-# kernel file; `check` compares it with PyTorch in float64 over the chapter's awkward shapes
-# (one class, few classes, odd row lengths, many rows, rows of 131075 classes).
+# kernel; `check` compares it with PyTorch in float64.
 
 # %%
 show_source("ch5_cross_entropy/v1_two_pass_row.cu")
@@ -246,10 +258,12 @@ check(op_of(v1), "cross_entropy", rtol=1e-5)
 # ## Version 2: one pass with the online softmax
 #
 # Same layout, but each thread keeps a running $(m, s)$ pair and the block merges the pairs at
-# the end: every logit is read once.
+# the end: every logit is read once. The diff below is that change. Version 1's two loops over
+# the row become one loop that updates `m_new` and rescales `s`, and each thread's sum is
+# rescaled to the row's maximum `row_m` before the block adds them.
 
 # %%
-show_source("ch5_cross_entropy/v2_online_softmax.cu")
+show_diff("ch5_cross_entropy/v1_two_pass_row.cu", "ch5_cross_entropy/v2_online_softmax.cu")
 
 # %% tags=["gpu"]
 v2 = load("ch5_cross_entropy/v2_online_softmax.cu")
@@ -258,24 +272,25 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # %% [markdown]
 # ## The final version: the right amount of threads per row, wide loads, and the gradient
 #
-# Row length decides the layout. Each thread keeps 32 values of its row in registers, and a row
-# gets as few threads as hold it: one thread per row up to 32 classes, then 2, 4, 8 or 16
-# threads (several rows per warp) up to 512, a warp up to 1024 classes, a block of 128 threads
-# up to 4096. Every thread issues all its loads
-# before any arithmetic, so a warp has many bytes on their way whatever the row length, and the
-# reductions of a short row are a few shuffles, with no `__syncthreads`. (The first version of
-# this kernel gave every short row a whole warp: at 10 classes a warp then had 40 bytes in
-# flight, and the kernel read at a few percent of the {term}`bandwidth`; `bench/PERFLOG.md` has the
-# numbers.) Rows whose length is not a multiple of four are read one value at a time: a thread
-# per row up to 16 classes, a warp per row up to 512. Rows of a few thousand classes fit in the
-# registers of one block, so the maximum and the sum of exponentials cost a single read of
-# memory. LLM vocabularies (128256 classes for Llama 3) are too long to keep: they stream
-# through the online softmax of version 2 with a block per row. All loads are 16 bytes wide
-# (four float32 or eight bfloat16 values) when the row allows it; bfloat16 and float16 logits
-# are accumulated in float32, float64 logits in float64.
+# Row length decides the layout. Each thread holds 32 values of its row in registers. A row
+# gets as few threads as hold it (the figure): one up to 32 classes, a warp up to 1024, a
+# block of 128 threads up to 4096. Every thread issues all its loads before any
+# arithmetic, so a warp has many bytes on their way whatever the row length. A row held in
+# registers costs one read of memory. Longer rows, such as LLM vocabularies, stream through
+# version 2's online softmax. When the logits require a gradient, the same kernel writes it
+# during the forward pass (the backward section below).
 #
-# The same kernel also writes the gradient during the forward pass when the logits require
-# one; the backward section below derives it.
+# ```{admonition} Going deeper: short rows, odd lengths and dtypes
+# :class: dropdown
+# Between one thread and a warp, 2, 4, 8 or 16 threads take a row, several rows per warp, so
+# that a short row's reductions are a few shuffles. Giving every short row a whole warp was
+# tried first: at 10 classes a warp then had 40 bytes
+# in flight, and the kernel read at a few percent of the {term}`bandwidth` (the kernel's header
+# and `bench/PERFLOG.md` have the numbers). Rows whose length is not a multiple of four are read
+# one value at a time: a thread per row up to 16 classes, a warp per row up to 512. All loads are
+# 16 bytes wide (four float32 or eight bfloat16 values) when the row allows it; bfloat16 and
+# float16 logits are accumulated in float32, float64 logits in float64.
+# ```
 #
 # ```{figure} ../book/images/ch5_threads_per_row.svg
 # :alt: Step plot of threads per row against classes per row, both on log scales: 1 thread up to 32 classes, then 2, 4, 8, 16 and 32 threads up to 1024 classes, a block of 128 up to 4096, and 512 threads streaming beyond. Rows whose length is not a multiple of 4 get 1 thread up to 16 classes, 32 up to 512, then stream.
@@ -293,12 +308,15 @@ final = op_of(v3)
 check(final, "cross_entropy", rtol=1e-5)
 
 # %% [markdown]
-# Where PyTorch ran `log_softmax` and `nll_loss`, the fused version runs one kernel over the
-# rows (`row_cached`) and small kernels that add their losses (`finish`; beyond 16384 rows,
-# `sum_chunks` first adds chunks of 4096 losses with many blocks, as here), and nothing
-# else. No memset clears the bad-target flag first: a bad target stops the row kernel, so the
-# thread that writes row 0 writes the flag's 0. Nothing is copied back to the host, so no
-# call waits for the GPU (see below for how a bad target is reported all the same).
+# The fused version runs one kernel over the rows (`row_cached`) and small kernels that add
+# their losses. Nothing is copied back to the host, so no call waits for the GPU.
+#
+# ```{admonition} Going deeper: the small kernels, and no memset
+# :class: dropdown
+# Beyond 16384 rows, `sum_chunks` first adds chunks of 4096 losses with many blocks, as here;
+# `finish` adds their sums. No memset clears the bad-target flag first: a bad target stops the
+# row kernel, so the thread that writes row 0 writes the flag's 0.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(32768, 4096, device="cuda")
@@ -333,15 +351,11 @@ assert check_ignore_index(v3)
 assert check_label_smoothing(v3)
 
 # %% [markdown]
-# A target outside $[0, C)$ that is not `ignore_index` is a bug in the caller. PyTorch raises
-# on the GPU through a device-side assertion, which poisons the CUDA context. Our kernels never
-# use such a target as an index. Versions 1 and 2 give the row a NaN loss and raise a flag on
-# the GPU; the final version stops as PyTorch does, with an assertion in the kernel that reads
-# the target, so that no call has to wait for the GPU to learn that its targets were fine
-# (chapter 6 weighs the choices and shows the assertion). While debugging, `check_targets=True`
-# checks the targets on the host first and raises a Python `IndexError` naming the row; that
-# costs a wait for the GPU (measured after the next cell), so it is off by default and the
-# measurements below do not include it.
+# A target outside $[0, C)$ that is not `ignore_index` is a bug in the caller. Our kernels
+# never use it as an index: versions 1 and 2 give the row a NaN loss, and the final version
+# stops with a device-side assertion, as PyTorch does (chapter 6 weighs the choices). While
+# debugging, `check_targets=True` checks the targets on the host first and raises an
+# `IndexError` naming the row; that costs a wait for the GPU, so it is off by default.
 
 # %% tags=["gpu"]
 logits = torch.randn(4, 10, device="cuda")
@@ -358,9 +372,9 @@ print("version 2, a bad target:", op_of(v2)(logits, torch.tensor([0, 1, 10, 3], 
                                             reduction="none").isnan().tolist())
 
 # %% [markdown]
-# What the check costs: the final version at the KernelBench shape with and without it, timed
-# as every benchmark of the course (the GPU kept busy ahead of the host, `kernels.bench.time_ms`;
-# the check's wait for the GPU drains that lead, which is its real cost in a training loop).
+# What the check costs: the final version at the KernelBench shape with and without it. The
+# course's timing keeps the GPU busy ahead of the host (`kernels.bench.time_ms`); a wait for the
+# GPU drains that lead, as it would in a training loop.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(32768, 4096, device="cuda")
@@ -374,12 +388,10 @@ del logits, target
 # %% [markdown]
 # ## Robust on hard inputs, in every dtype
 #
-# The cases of the CPU cells above, on the GPU and at scale: logits of magnitude $10^4$, rows
-# with masked ($-\infty$) classes, one dominating logit per row. Then float32, bfloat16 and
-# float16 logits: the kernel accumulates in float32 whatever it reads, so its error against
-# float64 PyTorch (on the same rounded logits) should be little more than the rounding of the
-# result to the logits' dtype. The checks below hold it to a tolerance chosen for each dtype
-# (printed on each line), looser than that rounding for bfloat16 and float16.
+# The cases of the CPU cells above, on the GPU and at scale: logits of magnitude $10^4$, masked
+# ($-\infty$) classes, one dominating logit per row. Then float32, bfloat16 and float16 logits:
+# the kernel accumulates in float32, so its error against float64 PyTorch (on the same rounded
+# logits) is held to a tolerance for each dtype, printed on each line.
 
 # %% tags=["gpu"]
 g = torch.Generator(device="cuda").manual_seed(5)
@@ -412,19 +424,24 @@ for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2), (torch.float1
 #
 # for the mean over $N$ rows not ignored (ignored rows get a zero gradient; with label
 # smoothing the one-hot becomes $(1-\varepsilon)[j=t_i] + \varepsilon/C$). Everything in it is
-# known once the row's log-sum-exp is: the final kernel writes this gradient while the row is
-# still in its registers, times a guess of `grad_output` (the last backward's, 1 at first), and
-# the backward only multiplies by the real `grad_output` over that guess (both read on the GPU:
-# no synchronisation; nothing to do when the guess was right, as for a constant loss scale). So
-# training reads the logits once and writes the gradient once, where PyTorch runs
-# `log_softmax` and `nll_loss` forward, then their two backward kernels.
+# known once the row's log-sum-exp is, so the final kernel writes it while the row is still in
+# its registers. Training then reads the logits once and writes the gradient once, where
+# PyTorch runs `log_softmax` and `nll_loss` forward, then their two backward kernels.
+#
+# ```{admonition} Going deeper: the guess of grad_output, and how the gradient is checked
+# :class: dropdown
+# The forward cannot know `grad_output` yet: it writes the gradient times a guess of it (the
+# last backward's, 1 at first), and the backward only multiplies by the real `grad_output` over
+# that guess. Both are read on the GPU, so nothing synchronises, and when the guess was right,
+# as for a constant loss scale, the backward has nothing to do.
 #
 # `torch.autograd.gradcheck` compares the analytic gradient with finite differences in
 # float64. It differentiates one graph several times, which the fused gradient (scaled in
 # place by the backward) does not allow; with `fused_backward=False` the forward saves the
 # rows' log-sum-exp instead and a backward kernel reads the logits again, which gradcheck can
 # run as often as it likes. The fused gradient itself, the one training uses, is compared with
-# PyTorch's float64 gradient directly.
+# PyTorch's float64 gradient directly (the last lines below).
+# ```
 
 # %% tags=["gpu"]
 g = torch.Generator(device="cuda").manual_seed(3)
@@ -460,14 +477,20 @@ for kwargs in ({}, {"reduction": "sum"}, {"label_smoothing": 0.1}):
 #
 # One cell measures everything: each version, PyTorch eager, `torch.compile` and, if it is
 # installed, Liger-Kernel's fused Triton cross-entropy, on float32 logits with about $2^{27}$
-# elements ($512$ MiB) per shape, from 10 classes per row up to 128256, the vocabulary of
-# Llama 3. 4096 classes is the KernelBench shape, 32768 x 4096. Effective bandwidth counts the
-# bytes that must be read (the logits and the int64 targets) and is compared with the GPU's
-# read bandwidth measured in the same run. Our versions are timed with their default,
-# `check_targets=False` (no wait for the GPU on each call, see above). The same cell times training, forward plus backward,
-# at the KernelBench shape: there the bytes that must move are the logits read once and the
-# gradient written once. The results go to `book/results/ch5.csv`; the plot and tables below
-# are drawn from that file.
+# elements per shape, from 10 classes per row up to 128256. Effective bandwidth counts the bytes
+# that must be read (the logits and the int64 targets). The same cell times training, forward
+# plus backward, at the KernelBench shape, 32768 x 4096.
+#
+# **Predict.** Version 1 reads each row twice, version 2 once. Which is faster at 4096 classes
+# per row, and which at 128256?
+#
+# ```{admonition} Going deeper: what the sweep measures
+# :class: dropdown
+# The bandwidth is compared with the GPU's read bandwidth measured in the same run. Our versions
+# are timed with their default, `check_targets=False` (no wait for the GPU on each call, see
+# above). In training the bytes that must move are the logits read once and the gradient written
+# once. The results go to `book/results/ch5.csv`; the plot and tables below are drawn from it.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels.bench import Measurement, sweep, time_ms
@@ -554,13 +577,30 @@ for shape in shapes:
 Markdown("\n".join(lines))
 
 # %% [markdown]
-# At the KernelBench shape, each version against the one before it and against eager PyTorch:
+# ```{admonition} Answer
+# :class: dropdown
+# Read the columns `v1 two-pass row` and `v2 online softmax`. Up to 4096 classes version 1's
+# two reads are as fast as version 2's one read, or faster; at 32768 and 128256 classes
+# version 2 is far ahead. Why short rows gain nothing is the profile's question below.
+# ```
+#
+# At the KernelBench shape, every provider against eager PyTorch (each on its own: the steps
+# from version to version are in the summary's table):
 
 # %% tags=["nbval-ignore-output"]
-ladder = [p for p in ("eager", "torch.compile", "Liger-Kernel", "v1 two-pass row",
-                      "v2 online softmax", "v3 fused") if p in names]
-Markdown(kernels.results.speedup_table(results, ladder, "cross_entropy", (32768, 4096),
-                                       "eager"))
+def against(rows, providers, loss, shape, baseline="eager"):
+    """Each provider's time, GB/s and speed-up over `baseline` at one shape: no chain."""
+    at = {r["provider"]: r for r in kernels.results.select(rows, loss=loss, shape=shape)}
+    lines = [f"| provider | time (ms) | GB/s | % of peak | vs {baseline} |", "|---" * 5 + "|"]
+    for p in (p for p in providers if p in at):
+        r = at[p]
+        lines.append(f"| {p} | {r['ms']:.4g} | {r['gbps']:.0f} | "
+                     f"{100 * r['gbps'] / r['peak_gbps']:.0f}% | "
+                     f"{at[baseline]['ms'] / r['ms']:.2f}x |")
+    return "\n".join(lines)
+
+
+Markdown(against(results, names, "cross_entropy", (32768, 4096)))
 
 # %% [markdown]
 # Training, forward plus backward, at the same shape (GB/s here counts the logits read once and
@@ -569,8 +609,36 @@ Markdown(kernels.results.speedup_table(results, ladder, "cross_entropy", (32768,
 # %% tags=["nbval-ignore-output"]
 train_names = list(dict.fromkeys(
     r["provider"] for r in kernels.results.select(results, loss="cross_entropy_fwd_bwd")))
-Markdown(kernels.results.speedup_table(results, train_names, "cross_entropy_fwd_bwd",
-                                       (32768, 4096), "eager"))
+Markdown(against(results, train_names, "cross_entropy_fwd_bwd", (32768, 4096)))
+
+# %% [markdown]
+# Liger-Kernel's forward is slow here for a reason outside its kernel. Before launching it,
+# each call waits for the GPU three times: it counts the rows not ignored with `.item()` and
+# checks the targets' range with two `assert`s on GPU tensors. One such wait is what
+# `check_targets=True` adds to our kernel, and the lines under that cell show its cost.
+#
+# ````{admonition} Going deeper: what Liger-Kernel's forward does, from its source
+# :class: dropdown
+# In `src/liger_kernel/ops/cross_entropy.py` of
+# [linkedin/Liger-Kernel](https://github.com/linkedin/Liger-Kernel) (read at its main branch of
+# 2026-08, after release 0.8.2; the chapter's run installed 0.8.5), `cross_entropy_forward`
+# runs, before its Triton kernel:
+#
+# ```python
+# target_mask = target != ignore_index
+# n_non_ignore = target_mask.sum().item()
+# assert (target * target_mask).max() < _input.shape[-1], ...
+# assert (target * target_mask).min() >= 0, ...
+# ```
+#
+# `.item()` copies a GPU value to the host, and `assert` on a 0-d GPU tensor does too: three
+# waits for the GPU per call, after which the GPU idles while Python launches the rest. The
+# kernel is launched with `HAS_GRADIENTS=_input.requires_grad`: with logits that require a
+# gradient, as in the training table, its forward also computes the gradient and writes it
+# over the logits (a second read of each row and a write), and the backward only rescales it.
+# The sweep's logits do not require a gradient, so in the forward table its kernel skips that
+# pass (since release 0.6.3; earlier releases always wrote the gradient).
+# ````
 
 # %% tags=["nbval-ignore-output"]
 at = {r["provider"]: r for r in kernels.results.select(forward, shape=(32768, 4096))}
@@ -585,24 +653,21 @@ Markdown(
     f"({100 * longest['v3 fused']['gbps'] / longest['v3 fused']['peak_gbps']:.0f}%).")
 
 # %% [markdown]
-# What the plot and the tables show, and what is left. The final version is faster than eager
-# PyTorch at every shape, and faster than `torch.compile` at every shape but one, from 10
-# classes per row to the longest rows: at 1024 classes it is behind (the table above). In
-# training, forward plus backward, it is ahead of eager PyTorch and `torch.compile` too
-# (the training table). Short rows were the hard
-# part: with a warp per row, 10 classes ran at a few percent of the bandwidth (the header of the
-# kernel file has the numbers); as few threads per row as hold it, each with all its loads in
-# flight, brought them to more than half of it at 10 classes and most of it at 128 (the first
-# table), still short of the long rows. At 1024 classes a warp per row holds
-# eight 16-byte loads per lane; fewer threads per row with more loads each is the next thing
-# to try there.
+# The final version is faster than eager PyTorch at every shape, and faster than
+# `torch.compile` at every shape but 1024 classes (the GB/s table); in training it is ahead of
+# both (the training table). Short rows are the hardest: as few threads per row as hold it
+# bring them to more than half of the bandwidth at 10 classes, still short of the long rows.
 #
-# Version 2's single pass over the row pays off only for long rows: at 32768 and 128256 classes
-# it is far ahead of version 1, while up to 4096 classes version 1's two passes are faster
-# than version 2's one. Two explanations come to mind: a short row is still in a cache when
-# version 1 reads it the second time, so its second pass costs no DRAM traffic; and version 2
-# computes two `exp` per element (the rescale of the running sum), version 1 one per pass. The
-# profiler tests both ({doc}`../book/profiling`):
+# ```{admonition} Going deeper: what is left at 1024 classes
+# :class: dropdown
+# At 1024 classes a warp per row holds eight 16-byte loads per lane; fewer threads per row with
+# more loads each is the next thing to try there.
+# ```
+#
+# Why does version 2's single pass gain nothing on short rows? Perhaps a short row is still in
+# a cache when version 1 reads it again, so the second pass costs no DRAM traffic. Or version 2
+# is slowed by its two `exp` per element (the rescale of the running sum), where version 1
+# computes one per pass. The profiler tests both ({doc}`../book/profiling`):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import profile
@@ -628,14 +693,14 @@ if counters:
 
 # %% [markdown]
 # Both explanations hold. Version 1 reads as many bytes from DRAM as version 2: its second pass
-# is served by the caches. And version 2 executes many more instructions and keeps the `exp`
-# unit (MUFU) busy twice as long, with the issue slots nearly full at 1024 classes: at these
-# row lengths it is limited by instructions, not by memory. The final version computes each
-# `exp` once and keeps the row in registers.
+# is served by the caches. And version 2 executes many more instructions, keeps the `exp` unit
+# (MUFU) busy twice as long and nearly fills the issue slots at 1024 classes: it is limited by
+# instructions, not by memory. The final version computes each `exp` once.
 #
-# Instructions would matter most in bfloat16: the same bytes hold twice the values. The final
-# version at the same 256 MiB, in float32 (32768 x 2048) and bfloat16 (32768 x 4096), and at a
-# second float32 row width, 3000 classes, all with the row in registers:
+# **Predict.** In bfloat16 the same bytes hold twice the values. How many times float32's
+# instructions does the final version execute on bfloat16 logits of the same size? The profile
+# below: the same 256 MiB in float32 (32768 x 2048) and bfloat16 (32768 x 4096), and float32
+# rows of 3000 classes, all held in registers:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 TWO_DTYPES = '''
@@ -661,26 +726,34 @@ if counters:
           + f"; bfloat16 / float32 for the same bytes: {bf16_over_fp32:.2f}x")
 
 # %% [markdown]
-# The prediction, twice the instructions for the same bytes, does not hold: bfloat16 executes
-# only somewhat more than float32 (the last line above), and fewer per logit.
-# Most of a row's instructions are not spent on its values but on the row itself: the address
+# ```{admonition} Answer
+# :class: dropdown
+# Not twice: bfloat16 executes only somewhat more than float32 (the last line above), and fewer
+# per logit. Most of a row's instructions are spent on the row, not on its values: the address
 # arithmetic, the target's lookup, the reductions of the maximum and of three sums across the
 # row's 128 threads, the loss. A longer row in the same tile pays them once for more values.
+# ```
+#
+# Both dtypes keep the issue slots busy most of the time. That is why the final version
+# computes $e^{x - m}$ as one multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s
+# longer sequence. Chapter 1's rule, count the bytes, holds as long as the instructions per byte
+# stay below what the {term}`SMs <SM>` issue; a kernel's profile says how close it is.
+#
+# ```{admonition} Going deeper: partial tiles, expf, and the longest rows
+# :class: dropdown
 # A row of 2048 float32 values fills half of its block's 4096-value tile, a row of 3000 about
 # three quarters: the loads past the row are not issued, and the kernel skips their
-# exponentials rather than computing them on $-\infty$ (an earlier version did, and its float32
-# count then matched bfloat16's; `bench/PERFLOG.md` has the profiles). Both dtypes keep the issue
-# slots busy most of the time: that is why the final version computes $e^{x - m}$ as one
-# multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence: with `expf`
-# its bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's header
-# has the history). Chapter 1's rule, count the bytes, holds as long as the instructions per
-# byte stay below what the {term}`SMs <SM>` issue; a kernel's profile says how close it is.
+# exponentials rather than computing them on $-\infty$. Computing them was tried, and the
+# float32 count then matched bfloat16's (`bench/PERFLOG.md` has the profiles). With `expf`,
+# the bfloat16 rows ran out of instruction issue before memory bandwidth (the kernel's header
+# has the numbers).
 #
-# The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256
-# classes are fewer than eight blocks per SM. A kernel that splits each row across several
-# blocks (merging their $(m, s)$ pairs exactly as the threads of one block do) would keep more
-# loads in flight, but the table shows the final version almost as fast there as at 4096
-# classes, so little is left to gain.
+# The longest rows have few rows to share among the GPU's SMs: 1046 rows of 128256 classes are
+# fewer than eight blocks per SM. A kernel that splits each row across several blocks (merging
+# their $(m, s)$ pairs exactly as the threads of one block do) would keep more loads in flight,
+# but the table shows the final version almost as fast there as at 4096 classes, so little is
+# left to gain.
+# ```
 #
 # ## Summary
 #
@@ -694,6 +767,18 @@ if counters:
 # - Count the bytes, then watch the instructions: in bfloat16 the same bytes hold twice the
 #   values, which is why the final version computes its exponentials with `ex2.approx`.
 #
+# The ladder at the KernelBench shape, each version against the one before and against
+# version 1:
+
+# %% tags=["nbval-ignore-output"]
+VERSIONS = ["v1 two-pass row", "v2 online softmax", "v3 fused"]
+CHANGES = {"v1 two-pass row": "a block per row: the max, then the sum of exponentials",
+           "v2 online softmax": "one pass: a running (max, sum) per thread",
+           "v3 fused": "threads per row by length, row in registers, wide loads, gradient"}
+Markdown(kernels.results.speedup_table(results, VERSIONS, "cross_entropy", (32768, 4096),
+                                       baseline="v1 two-pass row", changes=CHANGES))
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
