@@ -42,24 +42,22 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`CUDA graph`,
 # {term}`register`, {term}`reduction`, {term}`L2 cache`.
 #
-# **Reading time:** about 19 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Chapters 4 and 5 ended with kernels that read their inputs at the speed of the GPU's memory.
-# A learner cannot train with them yet. A loss in a training loop is called inside
-# `loss.backward()`, inside `torch.compile`, in bfloat16, thousands of times in a row without
-# the host ever waiting for the GPU. This chapter makes the four losses real PyTorch operators:
+# Chapters 4 and 5 ended with fast forward kernels, but a training loop calls a loss inside
+# `loss.backward()`, inside `torch.compile`, in bfloat16, thousands of times without the host
+# waiting for the GPU. This chapter makes the losses real PyTorch operators, one step at a time:
 #
-# - a **backward** for every loss, computed in the same pass as the forward (12 bytes per
-#   float32 element for a training step instead of 20);
-# - **bfloat16 and float16** inputs, accumulated in float32;
-# - a **fake kernel** and an **autograd formula** registered with `torch.library`, so that
-#   `torch.library.opcheck` passes and `torch.compile(fullgraph=True)` compiles a training step
-#   with no graph break;
-# - a cross-entropy that **never waits for the host**, even to report a bad target;
-# - and a **real training run**: four small models trained with PyTorch's losses and with ours,
-#   side by side.
+# | step | the one change | the result |
+# | --- | --- | --- |
+# | a kernel as an op | a schema and a CUDA kernel, nothing else | no gradient, no `torch.compile` |
+# | a forward that writes the gradient | the backward's work done in the forward's pass | 12 bytes per element instead of 20 |
+# | an operator | a fake kernel and an autograd formula | `opcheck` passes, no graph break |
+# | no host wait | a bad target stops the kernel with an assertion | nothing waits |
+# | bfloat16 | 2-byte inputs, float32 arithmetic | half the bytes |
+# | training | four small models, PyTorch's loss against ours | the same curves |
 
 # %%
 import copy
@@ -93,8 +91,7 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 #
 # `kernels.load` registers each launcher of a kernel file as an op with `TORCH_LIBRARY`: a
 # *schema* (the op's name, arguments and results) and a *CUDA kernel* for it. That is all a
-# call needs. Here is the same registration done from Python, for chapter 4's final MSE, with
-# nothing else: a library, a schema, and the CUDA kernel.
+# call needs. Here is the same registration from Python, for chapter 4's final MSE:
 
 # %% tags=["gpu"]
 v5 = load("ch4_two_pass/v5_block_tiles.cu")
@@ -154,24 +151,30 @@ except Exception as error:
 # | loss | $\ell(p, t)$ | $\partial \ell / \partial p$ |
 # | --- | --- | --- |
 # | MSE | $d^2$ | $2d$ |
-# | Smooth L1 ($\beta$) | $\frac{d^2}{2\beta}$ if $\lvert d\rvert < \beta$, else $\lvert d\rvert - \frac{\beta}{2}$ | $d / \beta$ if $\lvert d\rvert < \beta$, else $\operatorname{sign}(d)$ |
+# | Smooth L1 ($\beta$), $\lvert d\rvert < \beta$ | $\frac{d^2}{2\beta}$ | $d / \beta$ |
+# | Smooth L1 ($\beta$), $\lvert d\rvert \ge \beta$ | $\lvert d\rvert - \frac{\beta}{2}$ | $\operatorname{sign}(d)$ |
 # | Hinge | $\max(0, 1 - p y)$ | $-y$ if $1 - p y \ge 0$, else $0$ |
-# | BCE with logits ($w$) | $(1 - y)\,x + l\,\operatorname{softplus}(-x)$, $l = 1 + (w - 1)y$ | $(1 - y) - l\,\sigma(-x)$ |
 #
-# and for the target they are $-\partial\ell/\partial p$ for MSE and Smooth L1, and $-p$ where
-# the hinge is active. With `reduction="mean"` every derivative is divided by $n$, and the
-# backward multiplies it by `grad_output`, the gradient of whatever came after the loss (1 for
-# `loss.backward()`). At the kinks PyTorch makes a choice and we make the same one: `clamp`
-# passes the gradient where its input equals the bound, so the hinge's derivative at
-# $1 - py = 0$ is $-y$; Smooth L1 with $\beta = 0$ is the L1 loss, whose derivative at $d = 0$
-# is 0.
+# With `reduction="mean"` every derivative is divided by $n$, and the backward multiplies it by
+# `grad_output`, the gradient of whatever came after the loss (1 for `loss.backward()`).
 #
-# (The last row is the proof that adding a loss is cheap: binary cross-entropy with logits,
-# PyTorch's `F.binary_cross_entropy_with_logits` with a scalar `pos_weight` $w$, came in as one
-# functor here and one entry of the registry `kernels/losses.py`, and nothing else: its launcher,
-# its op, its operator, its checks and its benchmark all come from that entry;
-# `CONTRIBUTING.md` says how.) Each loss is declared once, as a functor with its value and its derivative. Chapters 3
-# and 4 used only the value:
+# ```{dropdown} Going deeper: the target's gradient, the kinks, and binary cross-entropy
+# For the target the derivatives are $-\partial\ell/\partial p$ for MSE and Smooth L1, and
+# $-p$ where the hinge is active. At the kinks PyTorch makes a choice and we make the same
+# one: `clamp` passes the gradient where its input equals the bound, so the hinge's derivative
+# at $1 - py = 0$ is $-y$; Smooth L1 with $\beta = 0$ is the L1 loss, whose derivative at
+# $d = 0$ is 0.
+#
+# Adding a loss is cheap. Binary cross-entropy with logits
+# (`F.binary_cross_entropy_with_logits` with a scalar `pos_weight` $w$), whose value is
+# $(1 - y)\,x + l\,\operatorname{softplus}(-x)$ with $l = 1 + (w - 1)y$ and whose derivative is
+# $(1 - y) - l\,\sigma(-x)$, came in as one functor in `losses.cuh` and one entry of the
+# registry `kernels/losses.py`. Its launcher, op, operator, checks
+# and benchmark all come from that entry; `CONTRIBUTING.md` says how.
+# ```
+#
+# Each loss is declared once, as a functor with its value and its derivative. Chapters 3 and 4
+# used only the value:
 
 # %%
 show_source("common/losses.cuh")
@@ -183,23 +186,27 @@ show_source("common/losses.cuh")
 # $\partial\ell/\partial p$ for `grad_output` $= 1$ at once: 8 bytes read, 4 written, 12 in all,
 # and the backward has nothing left to read.
 #
-# **A guess of `grad_output`.** When `grad_output` is not 1 (a loss multiplied by a weight, or
-# the loss scaling of mixed precision), a backward that multiplies the stored gradient in place
-# reads and writes it once more: 8 bytes, 20 in all. But a training loop passes the same
-# `grad_output` step after step (PyTorch's `GradScaler` changes its scale after 2000 steps or
-# an overflow). So the forward multiplies the gradient by a guess: the `grad_output` of this
-# loss's last backward, one float kept on the GPU. The backward multiplies by
-# `grad_output / guess`, exactly 1 when the guess was right, and then returns at once: 12 bytes.
-# A wrong guess costs the 8 bytes, never the result. The backward reads `grad_output` on the
-# GPU, so the host never waits to decide. There is no guess in float16 (a stale, larger guess
-# could overflow a gradient that `grad_output` would not), under `torch.compile` or in CUDA
-# graph capture (`wanted` in `kernels/ops/grad_guess.py` says why). Chapter 5's fused
-# cross-entropy keeps a guess the same way.
+# **A guess of `grad_output`.** When `grad_output` is not 1 (a weighted loss, or the loss
+# scaling of mixed precision), the backward must scale the stored gradient: 8 bytes more, 20
+# in all. But a training loop passes the same `grad_output` step after step. So the forward
+# multiplies the gradient by a guess, the `grad_output` of this loss's last backward, kept on
+# the GPU. When the guess was right the backward has nothing to do: 12 bytes. A wrong guess
+# costs the 8 bytes, never the result.
 #
-# The kernel is chapter 4's version 5 (a {term}`block` of 512 {term}`threads <thread>` per tile, float64 for the sum of
-# the tiles' partials, the same bits on every run), templated over the functor and the dtype,
-# with the gradient written beside the sum. Values are loaded 16 bytes at a time, four float32
-# or eight bfloat16 values, and converted to float32 in registers:
+# ```{dropdown} Going deeper: how the guess is kept, and where there is none
+# PyTorch's `GradScaler` changes its scale after 2000 steps or an overflow, so its guesses are
+# almost always right. The guess is one float on the GPU; the backward multiplies by
+# `grad_output / guess`, exactly 1 when the guess was right, and then returns at once. It reads
+# `grad_output` on the GPU, so the host never waits to decide. There is no guess in float16 (a
+# stale, larger guess could overflow a gradient that `grad_output` would not), under
+# `torch.compile` or in CUDA graph capture (`wanted` in `kernels/ops/grad_guess.py` says why).
+# Chapter 5's fused cross-entropy keeps a guess the same way.
+# ```
+#
+# The kernel is chapter 4's version 5 (a {term}`block` of 512 {term}`threads <thread>` per
+# tile, the same bits on every run), templated over the functor and the dtype, with the
+# gradient written beside the sum. Values are loaded 16 bytes at a time and converted to
+# float32 in registers:
 
 # %%
 show_source("common/fused_loss.cuh", "template <class Loss, class T, bool kGrad>",
@@ -220,11 +227,10 @@ show_source("common/fused_loss.cuh", "// The backward of \"mean\" and \"sum\"",
             "// Elements per tile")
 
 # %% [markdown]
-# The chapter's kernel file only defines one launcher per loss; everything else is in the
-# header `kernels/common/fused_loss.cuh` (shown whole in the exercises below) and in the binding
-# `kernels/bindings/fused_loss.cpp`, which checks the tensors and allocates the loss and the
-# gradient. It writes its launcher once, as a macro, and expands it for every element-wise loss
-# of the registry: the build defines `KERNELS_ELEMENT_WISE_LOSSES` from `kernels/losses.py`:
+# The chapter's kernel file only defines one launcher per loss, as a macro expanded for every
+# element-wise loss of the registry (the build defines `KERNELS_ELEMENT_WISE_LOSSES` from
+# `kernels/losses.py`). The rest is in the header `kernels/common/fused_loss.cuh` and the
+# binding `kernels/bindings/fused_loss.cpp`:
 
 # %%
 show_source("ch6_operators/fused_losses.cu")
@@ -265,23 +271,24 @@ show_source("ops/operators.py", "    def setup_context(ctx, inputs, output):",
             "    return setup_context, backward")
 
 # %% [markdown]
-# Three details decide whether this works everywhere:
+# `ctx.set_materialize_grads(False)` matters: the op's second output, the gradient, is never
+# differentiated, and without this line autograd would write a tensor of zeros as its
+# "gradient" before every backward, 4 more bytes per element.
 #
-# - `ctx.set_materialize_grads(False)`: the op's second output, the gradient, is never
-#   differentiated, and without this line autograd would allocate a tensor of zeros as its
-#   "gradient" before every backward: 4 more bytes written per element.
-# - Under `torch.compile` the backward is traced too, and the saved gradient is then a
-#   *functional* tensor that may not be written to (AOTAutograd's graphs are functional). There
-#   the backward multiplies out of place. We found this the way the tests find it:
-#   `torch.library.opcheck` failed with "Node mul was invalid, but is output".
-# - Each build of a kernel file has its own namespace (its name holds a hash of its sources),
-#   and `kernels.load` registers once per namespace. Running a cell that builds a kernel again
-#   returns the cached build and registers nothing twice, which is what makes
-#   "only a single TORCH_LIBRARY can be used to register the namespace" impossible here.
+# ```{dropdown} Going deeper: the backward under torch.compile, and one registration per build
+# Under `torch.compile` the backward is traced too, and the saved gradient is then a
+# *functional* tensor that may not be written to (AOTAutograd's graphs are functional). There
+# the backward multiplies out of place. `torch.library.opcheck` finds the in-place version: it
+# fails with "Node mul was invalid, but is output".
 #
-# `kernels.operators.LossOps` wraps the ops in functions with PyTorch's arguments: it turns
-# `reduction="mean"` into the op's integer, promotes mixed dtypes as PyTorch does, and passes
-# `want_grad=True` exactly when an input requires a gradient.
+# Each build of a kernel file has its own namespace (its name holds a hash of its sources),
+# and `kernels.load` registers once per namespace. Running a cell that builds a kernel again
+# returns the cached build and registers nothing twice, which is what makes
+# "only a single TORCH_LIBRARY can be used to register the namespace" impossible here.
+# ```
+#
+# `kernels.operators.LossOps` wraps the ops in functions with PyTorch's arguments (`reduction`,
+# mixed dtypes), and asks for the gradient exactly when an input requires one.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ops = operators.build()
@@ -290,11 +297,10 @@ ops.element_wise, ops.cross_entropy_kernel
 # %% [markdown]
 # ### Checked against float64
 #
-# Loss and gradients of every loss and {term}`reduction`, in float32 and bfloat16, against PyTorch's own
-# expression in float64, through `loss.backward(grad_output)` with `grad_output` = 3 (or a random
-# tensor for `reduction="none"`), over the check suite's awkward shapes. The tolerance is
-# $10^{-5}$ for float32 and the precision of the format for bfloat16 (the tests check float16
-# too):
+# Loss and gradients of every loss and {term}`reduction`, in float32 and bfloat16, against
+# PyTorch's own expression in float64, through `loss.backward(grad_output)`, over the check
+# suite's awkward shapes. The tolerance is $10^{-5}$ for float32 and the format's precision for
+# bfloat16:
 
 # %% tags=["gpu"]
 def gradient_check(ops, name, dtype, reduction, rtol):
@@ -326,17 +332,16 @@ for name in kernels.losses.ELEMENT_WISE:
                   f"{reduction:<4}  loss and d/dpred within {rtol:.0e} of float64")
 
 # %% [markdown]
-# (`tests/gpu/test_operators.py` goes further: float16, gradients of the target, Hinge's
-# broadcast target whose gradient sums over the rows, non-contiguous `grad_output`, NaN,
-# empty inputs, and arguments that must raise.)
+# (`tests/gpu/test_operators.py` also checks float16, the target's gradients, NaN, empty
+# inputs and arguments that must raise.)
 #
 # ### `opcheck`
 #
-# `torch.library.opcheck` tests the registrations, not the math: the schema is honest (no
-# input is mutated that the schema does not declare, no output aliases an input), an autograd
-# formula is registered, the fake kernel gives the shapes and dtypes the real one gives, and
-# AOTAutograd, the part of `torch.compile` that traces forward and backward, gives the same
-# outputs and gradients as eager mode. For each loss op, with a gradient wanted:
+# `torch.library.opcheck` tests the registrations, not the math. The schema must be honest (no
+# undeclared mutation, no output aliasing an input), and an autograd formula registered. The
+# fake kernel must give the real one's shapes and dtypes, and AOTAutograd, the part of
+# `torch.compile` that traces forward and backward, the same results as eager mode. For each
+# loss op, with a gradient wanted:
 
 # %% tags=["gpu"]
 for name in kernels.losses.ELEMENT_WISE:
@@ -405,28 +410,25 @@ print("gradient after replay within 1e-6 of 8 (p - t) / n:",
 # %% [markdown]
 # ## Cross-entropy without the host wait
 #
-# Chapter 5's cross-entropy already wrote its gradient during the forward. What it also did,
-# by default, was read a flag back from the GPU after every call, to raise an `IndexError` for
-# an out-of-range target. Reading it makes the host wait for the GPU, and each forward at 32768
-# x 4096 took longer for it, a training step longer still (chapter 5's entries in
-# `bench/PERFLOG.md` hold the measurements), because the host can no longer queue the next
-# kernels while the GPU works. Chapter 4's lesson
-# was that an op must not wait on the host; the default did.
+# Chapter 5's cross-entropy, by default, read a flag back from the GPU after every call, to
+# raise an `IndexError` for an out-of-range target. Reading it makes the host wait for the
+# GPU, so the host can no longer queue the next kernels while the GPU works. Chapter 4's
+# lesson was that an op must not wait on the host.
 #
-# Three ways to report a bad target without waiting, and what each costs:
+# ```{dropdown} Going deeper: three ways to report a bad target
 #
 # | how | cost per correct call | what the user sees on a bad target | works in CUDA graphs |
 # | --- | --- | --- | --- |
 # | read a flag after the call (chapter 5's old default) | a host wait | `IndexError` naming the row, at once | no |
 # | a flag checked at a later synchronisation (`torch._assert_async`) | two more kernel launches | a device-side assertion | yes |
 # | an assertion in the kernel that reads the target (PyTorch's `nll_loss`) | nothing | a device-side assertion at the next synchronisation | yes |
+# ```
 #
-# We chose the last, as PyTorch did: the row kernel already compares every target with the
-# number of classes, and on a bad one it now stops with `assert`. Nothing is read out of
-# bounds, no call waits, and a bad target still becomes a Python error, at the next
-# synchronisation. The price is the same as PyTorch's: a device-side assertion leaves the
-# process's CUDA context unusable, so the error is final (a notebook must restart its kernel).
-# That is why we show it in a separate process:
+# We chose an assertion in the kernel, as PyTorch did: the row kernel already compares every
+# target with the number of classes, and on a bad one it now stops with `assert`. No call
+# waits, and a bad target still becomes a Python error at the next synchronisation. As in
+# PyTorch, the error is final: a device-side assertion leaves the process's CUDA context
+# unusable. That is why we show it in a separate process:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 script = f"""
@@ -450,9 +452,9 @@ for line in (run.stdout + run.stderr).splitlines():
         print(line.split("block: ")[-1][:160])
 
 # %% [markdown]
-# While debugging a data pipeline, `check_targets=True` checks the targets on the host before
-# the kernel runs and raises an `IndexError` that names the row: one more read of the targets
-# and a wait for the GPU, so it is off by default.
+# For debugging a data pipeline, `check_targets=True` checks the targets on the host first and
+# raises an `IndexError` that names the row. It costs a read of the targets and a wait for the
+# GPU, so it is off by default.
 
 # %% tags=["gpu"]
 logits = torch.randn(64, 10, device="cuda")
@@ -467,15 +469,22 @@ except IndexError as error:
 # ## What it costs: forward and backward against PyTorch
 #
 # A training step's loss work, `loss = f(pred, target); loss.backward()`, for eager PyTorch,
-# `torch.compile` of the same expression, and our operator; and with the loss multiplied by
-# 1024 before the backward, as gradient scaling in mixed precision does: by 1024 at every step
-# ("x1024", the guess is right from the second step on), and by 1024 and 512 in turn ("x1024
-# or x512", every guess is wrong). Each is timed as chapter 1 taught (the GPU's time, inputs
-# out of {term}`L2 <L2 cache>`), in three turns with the median kept: timed one after the other, a step once
-# measured a tenth slower than the same step timed beside it. Effective {term}`bandwidth` counts the
-# bytes a step must move: the inputs read once and the gradient written once (12 bytes per
-# float32 element for MSE and Smooth L1; 8 for Hinge, whose target is one row shared by every
-# row).
+# `torch.compile` of the same expression, and our operator. Ours also runs with the loss
+# multiplied by 1024 at every step, as mixed precision's gradient scaling does ("x1024": the
+# guess is right from the second step on). Last, by 1024 and 512 in turn ("x1024 or x512":
+# every guess is wrong). Effective {term}`bandwidth` counts the bytes a step must move:
+# the inputs read once and the gradient written once.
+#
+# **Predict first.** For MSE at the largest size, if both steps ran at the bandwidth limit,
+# how much faster would ours be than `torch.compile`'s, which computes the gradient in a
+# backward pass of its own? And what should "x1024 or x512" cost over the plain step?
+#
+# ```{dropdown} Going deeper: how the steps are timed
+# Each is timed as chapter 1 taught (the GPU's time, inputs out of {term}`L2 <L2 cache>`), in
+# three turns with the median kept: timed one after the other, a step once measured a tenth
+# slower than the same step timed beside it. The bytes a step must move are 12 per float32
+# element for MSE and Smooth L1, and 8 for Hinge, whose target is one row shared by every row.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ch.allow_recompiles()  # torch.compile(dynamic=False) compiles one graph per size and loss
@@ -551,26 +560,37 @@ for name in ("mse", "smooth_l1", "hinge"):
           f"x {ms['ours, x1024 or x512'] / ours:.2f} with x1024 or x512")
 
 # %% [markdown]
-# At $2^{28}$ elements our step moves its bytes (12 per element for MSE and Smooth L1, 8 for
-# Hinge) at over 90% of the read bandwidth, and `torch.compile`'s step takes clearly longer (the
-# ratios printed above): its backward is a second pass over memory, after the forward's.
-# At that size, multiplying the loss by 1024 at every step costs next to nothing for all three
-# losses (the "x1024" ratio): from the second step on the guess is right, and the backward
-# returns at once.
-# (`bench/guess_cost.py` times each loss's plain and "x1024" steps in more turns, and lists
-# the kernels of one step of each.) A scale that
-# changes at every step misses every guess and pays the in-place scaling pass: for MSE and
-# Smooth L1 the step then moves 20 bytes instead of 12 (20/12 = 1.67); for Hinge, 16 instead
-# of 8, twice as many, because Hinge's forward reads only 4 bytes per element and the scaling
-# pass costs as much as the whole forward. No training loop changes its scale at every step:
-# that column is what a wrong guess costs. At small sizes every provider is a few launches long:
-# the GPU's time is the launches', and in a training loop the host's autograd work, longer
-# still, decides (the timing here sleeps long enough before each step to leave the host out:
-# {doc}`../book/timing`).
+# ```{admonition} Answer
+# :class: dropdown
 #
-# Nsight Compute counts those bytes. One MSE training step at $2^{26}$ float32 elements, every
-# kernel launched between `torch.cuda.profiler.start()` and `stop()` (the backward's too, which
-# autograd launches from a thread of its own), the caches flushed before each kernel:
+# At the limit, ours moves 12 bytes per element and `torch.compile`'s 20 (its backward is a
+# second pass over memory), so ours would be 20 / 12 = 1.67 times faster. The lines above
+# print the measured ratio before "torch.compile", and beside "ours" how close our step runs
+# to the bandwidth bound. "x1024" costs next to nothing: from the
+# second step on the guess is right, and the backward returns at once. "x1024 or x512" misses
+# every guess and pays the scaling pass: for MSE the step moves 20 bytes instead of 12, so its
+# time should grow by about 20 / 12. For Hinge it moves 16 instead of 8, twice as many:
+# Hinge's forward reads only 4 bytes per element, and the scaling pass costs as much as the
+# whole forward.
+# ```
+#
+# No training loop changes its scale at every step: the last column is what a wrong guess
+# costs. At small sizes every step is a few launches long, and in a training loop the host's
+# autograd work decides.
+#
+# ```{dropdown} Going deeper: the guess's cost in more turns, and small sizes
+# `bench/guess_cost.py` times each loss's plain and "x1024" steps in more turns, and lists the
+# kernels of one step of each. At small sizes the GPU's time is the launches', and the host's
+# autograd work is longer still; the timing here sleeps long enough before each step to leave
+# the host out ({doc}`../book/timing`).
+# ```
+#
+# Nsight Compute counts the bytes of one MSE training step at $2^{26}$ float32 elements: every
+# kernel launched between `torch.cuda.profiler.start()` and `stop()`, the caches flushed before
+# each kernel.
+#
+# **Predict first.** How many bytes per element does each step read, and how many does it
+# write? Count what `torch.compile`'s forward must save for its backward.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 ONE_STEP = """
@@ -604,20 +624,23 @@ for name, loss in (("ours", "ops.mse"), ("torch.compile", "torch.compile(F.mse_l
               f"= {read + written:4.1f}")
 
 # %% [markdown]
-# The counters agree with the model, 12 bytes against 20. Our step reads $p$ and $t$ once
-# (8 bytes) and writes the gradient (4). `torch.compile`'s forward reads $p$ and $t$ and saves
-# $p - t$ for the backward (4 bytes written), which reads it back (4) and writes the gradient
-# (4): 12 read and 8 written. The writes come out a little under 4 and 8 because ncu counts
-# DRAM traffic while a kernel runs, and part of a kernel's last writes is still in L2 when it
-# ends.
+# ```{admonition} Answer
+# :class: dropdown
+#
+# Our step reads $p$ and $t$ once (8 bytes) and writes the gradient (4): 12 in all.
+# `torch.compile`'s forward reads $p$ and $t$ and saves $p - t$ for the backward (4 bytes
+# written), which reads it back (4) and writes the gradient (4): 12 read and 8 written, 20 in
+# all. The lines above show the counters. Their writes can come out a little under 4 and 8:
+# ncu counts DRAM traffic while a kernel runs, and part of a kernel's last writes is still in
+# L2 when it ends. (The backward's kernels are counted too, though autograd launches them from
+# a thread of its own.)
+# ```
 #
 # ## bfloat16: half the bytes
 #
-# In bfloat16 every element is 2 bytes: the same loss reads half as many bytes, so at the
-# bandwidth limit it takes half the time. Our kernels convert to float32 in registers and
-# accumulate in float32, so the answer is as accurate as the format allows (the check above);
-# PyTorch's eager loss in bfloat16 runs its element-wise ops in bfloat16 kernels one after
-# another.
+# In bfloat16 every element is 2 bytes, so at the bandwidth limit the same loss takes half the
+# time. Our kernels convert to float32 in registers and accumulate in float32 (the check
+# above); PyTorch's eager loss runs its element-wise ops in bfloat16 kernels one after another.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 bf16 = []
@@ -636,9 +659,11 @@ for m in bf16:
     print(f"{m.loss:<18} {m.provider:<14} {m.ms:7.3f} ms  {m.gbps:5.0f} GB/s")
 
 # %% [markdown]
+# ```{dropdown} Going deeper: the chapter's targets
 # `bench/operator_targets.py` measures the course's targets for this chapter at $2^{30}$
 # elements in bfloat16 and prints PASS or MISS for each; `book/results/operator_targets.csv`
 # holds its last run.
+# ```
 #
 # ## A real training run
 #
@@ -712,10 +737,8 @@ class Linear1(torch.nn.Module):
 
 
 # %% [markdown]
-# The language model reads 16 characters and predicts the next one: an embedding of each
-# character, a hidden layer over the concatenated context, and one logit per character of the
-# alphabet. Its text is this book: the markdown pages under `book/` and the prose of the
-# chapters.
+# The language model reads 16 characters and predicts the next one (an embedding, a hidden
+# layer, one logit per character). Its text is this book's pages and chapters.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 import glob
@@ -799,23 +822,23 @@ kernels.plot.legend(fig)  # one legend for the four panels, below them
 plt.show()
 
 # %% [markdown]
-# The curves lie on top of each other. From the same weights and the same batches the two runs
-# take the same steps up to the rounding of float32 sums, which differ only in their order:
-# over the first ten steps the two losses agree to the column "steps 1-10" (relative
-# difference), and the final losses (the mean of the last 50 steps) to the column
-# "rel. diff". The regression and hinge runs stay within about $10^{-7}$ to the end. The
-# language model's runs drift apart slowly: a thousand steps of Adam on a model with a
-# softmax amplify differences in the last bits of the gradients, as they would between two
-# runs of PyTorch with a different reduction order, and they end within the $10^{-2}$ the
-# last line checks.
+# The curves lie on top of each other. From the same weights and batches the two runs take
+# the same steps up to the order of float32 sums. The columns "steps 1-10" and "rel. diff"
+# (of the final losses) give the relative differences.
 #
-# Per step (the last two columns), our runs are slower than PyTorch's in most or all rows,
-# and which rows, if any, come out ahead changes from run to run: in runs this short the
-# host's timing is noisy.
-# These models are so small that a step is the host's
-# work (Python, autograd, the optimiser), and our loss costs the host more per call than
-# PyTorch's: its autograd formula is Python, called through `torch.library`'s wrapper. The
-# host's time for the loss alone, forward and backward, on the language model's shape:
+# ```{dropdown} Going deeper: why the language model's runs drift apart
+# The regression and hinge runs stay within about $10^{-7}$ to the end. The language model's
+# runs drift apart slowly: a thousand steps of Adam on a model with a softmax amplify
+# differences in the last bits of the gradients. They would do the same between two runs of
+# PyTorch with a different reduction order, and they end within the $10^{-2}$ the last line
+# checks.
+# ```
+#
+# Per step (the last two columns), our runs are slower than PyTorch's in most rows; in runs
+# this short the host's timing is noisy. These models are so small that a step is the host's
+# work (Python, autograd, the optimiser), and our loss's autograd formula is Python, called
+# through `torch.library`'s wrapper. The host's time for the loss alone, forward and
+# backward, on the language model's shape:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(2048, len(alphabet), device="cuda", requires_grad=True)
@@ -830,25 +853,48 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
           "(wall time, waiting for the GPU)")
 
 # %% [markdown]
-# (`bench/host_overhead.py` profiles where that time goes, and `bench/PERFLOG.md` keeps its
-# numbers: in its measurement, about a third of the host's extra time per call was
-# `torch.library`'s handling of the op's arguments for the autograd formula. A C++ autograd
-# formula would remove it, at the price of heavier headers and slower builds.) On a real model,
-# whose forward keeps the GPU busy for milliseconds, the host's extra few hundred microseconds
-# are hidden behind queued GPU work.
+# On a real model, whose forward keeps the GPU busy for milliseconds, the host's extra time
+# per call is hidden behind queued GPU work.
+#
+# ```{dropdown} Going deeper: where the host's time goes
+# `bench/host_overhead.py` profiles it, and `bench/PERFLOG.md` keeps its numbers: about a
+# third of the host's extra time per call was `torch.library`'s handling of the op's
+# arguments for the autograd formula. A C++ autograd formula would remove it, at the price of
+# heavier headers and slower builds.
+# ```
 #
 # ## Summary
 #
-# - An operator needs more than a kernel: a backward, here computed in the same pass as the
-#   forward, and a {term}`fake kernel` and an autograd formula registered with `torch.library`.
+# - An operator needs more than a kernel: a backward (here written by the forward's own pass),
+#   a {term}`fake kernel` and an autograd formula registered with `torch.library`.
 # - With them `opcheck` passes and `torch.compile(fullgraph=True)` compiles a training step with
 #   no graph break; the cross-entropy never waits for the host, even to report a bad target.
 # - bfloat16 inputs halve the bytes; the kernels still accumulate in float32.
-# - Trained with the course's losses, the small models follow PyTorch's curves: the same steps up
-#   to float32 rounding, and the language model within the tolerance its last line checks.
-# - On models this small a step is the host's work, and the loss's Python autograd formula costs
-#   the host more per call than PyTorch's; a real model hides that behind queued GPU work.
+# - Trained with the course's losses, the small models follow PyTorch's curves.
+# - On models this small a step is the host's work, and our Python autograd formula costs the
+#   host more per call than PyTorch's.
 #
+# The chapter builds one operator, not a ladder of versions, so its table is what it measured
+# at its largest size (the rows it saved): a training step's loss work, and the forward's time
+# in bfloat16 over float32.
+
+# %% tags=["nbval-ignore-output"]
+steps, forwards = ch.rows(), ch.rows("ch6_bf16")
+lines = ["| loss | eager ms | torch.compile ms | ours ms | ours, % of peak | "
+         "torch.compile / ours | ours, bf16 / fp32 forward |", "|---|" + "---:|" * 6]
+for name in ("mse", "smooth_l1", "hinge"):
+    mine = results.select(steps, loss=f"{name}_fwd_bwd")
+    largest = max({r["shape"] for r in mine}, key=math.prod)
+    at = {r["provider"]: r for r in mine if r["shape"] == largest}
+    fwd = {r["loss"]: r["ms"] for r in forwards if r["provider"] == "ours"}
+    ours = at["ours"]
+    lines.append(f"| {name} | {at['eager']['ms']:.3f} | {at['torch.compile']['ms']:.3f} | "
+                 f"{ours['ms']:.3f} | {100 * ours['gbps'] / ours['peak_gbps']:.0f}% | "
+                 f"{at['torch.compile']['ms'] / ours['ms']:.2f}x | "
+                 f"{fwd[name + '_bfloat16'] / fwd[name + '_float32']:.2f} |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
 # ## Exercises
 #
 # Solutions are in {doc}`../solutions/ch6_solutions`.
@@ -866,12 +912,10 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
 # registers its fake kernel and autograd formula when it is built. Write its value and its
 # derivative. The check compares both with $\log\cosh(p - t)$ computed by PyTorch in float64,
 # including differences of several hundred, where $\cosh$ overflows float32. **Target**: a
-# training step (forward and backward) at $2^{26}$ elements at 95% of the speed of `ops.mse` or
-# better: both read the same bytes and write the same gradient, and the `exp` and `log1p` should
-# hide behind the memory traffic. Do they? Both are timed in GPU time, with the host queued
-# ahead (`bench.queued_ms`): autograd's bookkeeping can take the host longer per step than the
-# GPU takes to run it, and timing each call would then time the host, the same for a fast
-# functor and a slow one.
+# training step at $2^{26}$ elements at 95% of the speed of `ops.mse` or better. Both read the
+# same bytes and write the same gradient: do the `exp` and `log1p` hide behind the memory
+# traffic? Both are timed in GPU time with the host queued ahead (`bench.queued_ms`), because
+# autograd's bookkeeping can take the host longer per step than the GPU takes to run it.
 # ```
 #
 # ```{admonition} Hint
@@ -907,7 +951,7 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 #
 # The backward of `kernels/operators.py` multiplies the saved gradient by `grad_output` in
 # place in eager mode, and out of place when traced by `torch.compile`. Predict what breaks if
-# it always wrote in place, then try it: remove the `type(grad) is not torch.Tensor` branch of
+# it always wrote in place, then try it. Remove the `type(grad) is not torch.Tensor` branch of
 # `scale` in `kernels/ops/grad_guess.py` (the backward calls it), restart the notebook, and run
 # `torch.library.opcheck` on `ops.element_wise.ops["mse"].default` with a prediction that
 # requires grad. Which of its tests fails, and why can a compiled graph not write into a
@@ -919,9 +963,9 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 #
 # **Difficulty:** ★★★ (hard) · **Time:** about 45 minutes
 #
-# From the bytes each step moves, predict the ratio of the time of a forward + backward whose
-# guess of `grad_output` is wrong (the loss multiplied by 1024 and 512 in turn) to the time
-# with `loss.backward()` alone, for MSE and for Hinge. Compare with the measured table above.
+# From the bytes each step moves, predict for MSE and for Hinge the ratio of two times: a
+# forward + backward whose guess of `grad_output` is wrong, and one with `loss.backward()`
+# alone. (A wrong guess: the loss multiplied by 1024 and 512 in turn.) Compare with the measured table above.
 # Then design a Hinge backward for which a wrong guess costs less than twice the plain step.
 # (Hint: what does the backward need to know about each element, and in how many bits?)
 # ```

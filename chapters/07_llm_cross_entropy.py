@@ -44,23 +44,27 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`SM`, {term}`occupancy`,
 # {term}`bytes in flight`, {term}`register`, {term}`compute capability`, {term}`log-sum-exp`.
 #
-# **Reading time:** about 15 minutes. **Run time:** about 2 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 2 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
-# Chapter 5's cross-entropy reads 32768 rows of 4096 classes at the speed of memory. A
-# language model's loss has fewer, much longer rows: one per token, one class per entry of the
-# vocabulary, 128256 for Llama 3, 151936 for Qwen 2, 256000 for Gemma. There two things break:
+# A language model's loss has few, very long rows: one per token, one class per entry of the
+# vocabulary (128256 for Llama 3, 256000 for Gemma). Two things break there:
 #
 # - **A row no longer fits on one {term}`SM`.** 128256 bf16 logits are 256 KB; an H100 SM has 228 KB
-#   of shared memory and 256 KB of {term}`registers <register>`, shared by every block on it. Chapter 5's {term}`kernel`
-#   streams such a row through an online softmax and reads it **a second time** to write the
-#   gradient. This chapter splits the row over a **thread-block cluster**, blocks on up to 16
-#   SMs that read each other's shared memory, so that the row is read once.
+#   of shared memory and 256 KB of {term}`registers <register>`, shared by every block on it.
+#   Chapter 5's {term}`kernel` streams such a row and reads it **a second time** to write the
+#   gradient.
 # - **The logits dominate memory.** At 8192 tokens the bf16 logits of Llama 3 are 2 GiB and
-#   their gradient 2 GiB more, for one layer that exists only to be reduced to one number. The
-#   second half of the chapter computes the output layer and its loss **without ever storing
-#   the logits**: a fused linear + cross-entropy.
+#   their gradient 2 GiB more, for one layer that is only reduced to one number.
+#
+# The chapter's steps:
+#
+# | step | the one change | the result |
+# | --- | --- | --- |
+# | v3 (chapter 5) | one block streams a row, and reads it again for the gradient | the start |
+# | v4 (cluster) | a row split over a cluster of blocks, held in their shared memory | the row read once |
+# | fused head | the output layer and its loss, chunk by chunk | the logits never stored |
 
 # %%
 import math
@@ -242,9 +246,12 @@ print("every case within its dtype's tolerance:", all_ok)
 #
 # Forward and backward (`loss.backward()`) of the loss alone, side by side in one run: eager
 # PyTorch, `torch.compile`, Liger-Kernel's cross-entropy (when installed: `pip install
-# liger-kernel`), chapter 5's v3 and version 4. The bound of forward and backward is reading the
-# logits and writing the gradient once at the copy bandwidth measured above; a forward alone
-# only reads, so its bound is the read bandwidth, also printed above.
+# liger-kernel`), chapter 5's v3 and version 4. The bound is reading the logits and writing the
+# gradient once, at the copy bandwidth printed above.
+#
+# **Predict first.** In a training step, version 3 reads a long row twice and writes its
+# gradient once; version 4 reads it once and writes once. If both ran at the bound, how much
+# faster would version 4 be at 8192 x 128256?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 try:
@@ -337,11 +344,18 @@ for shape in ((32768, 16384), (16384, 65536), (8192, 131072)):
 Markdown("\n".join(lines))
 
 # %% [markdown]
+# The chapter's targets, as ratios to this GPU's own bandwidth: forward+backward within 1.15x
+# of the bound in each dtype, and the bf16 forward at 97% of the read bandwidth or more (each
+# PASS or MISS line names its threshold).
+#
+# ```{dropdown} Going deeper: why the forward rows beat their bound column
 # The bound columns come from the copy bandwidth: a time in the first table, the bandwidth
-# itself in the second. The forward rows only read, so
-# their bound is the read bandwidth printed at the top of the chapter, a little higher. That is why version 4 measures above the column at every row length, and version 3 at 65536 and
-# 131072 classes, at the read bandwidth within the timing's noise. The chapter's targets are checked on these numbers below, as ratios to this GPU's own measured bandwidth (each PASS or MISS line names its threshold). They are forward+backward within 1.15x of the bound in each dtype, and the bf16 forward at 97% of the read bandwidth or more. For the forward they take whichever path version 4
+# itself in the second. The forward rows only read, so their bound is the read bandwidth
+# printed at the top of the chapter, a little higher. That is why version 4 measures above the
+# column at every row length, and version 3 at 65536 and 131072 classes, at the read bandwidth
+# within the timing's noise. For the forward the targets take whichever path version 4
 # chooses.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4_name = "v4 (cluster)"
@@ -375,13 +389,20 @@ for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
               f"{get('fwd+bwd bfloat16', (8192, 128256), other)['ms'] / fb:.2f}x faster")
 
 # %% [markdown]
-# Version 4 is the fastest of the cross-entropies measured here for forward+backward (Liger-Kernel
-# has a column only where it is installed). Whether it makes each target is printed above. The
-# forward+backward steps end within a few percent of the 1.15x line in both dtypes, close
-# enough that a run can fall on either side of it (in the output above both land inside). All
-# three forward rows make their target in the output above, the bfloat16 forward at 32768 x 16384
-# by the smallest margin, one that some runs miss. Where does that call's time go? PyTorch's profiler lists
-# the kernels of one call and their times on the GPU:
+# ```{admonition} Answer
+# :class: dropdown
+#
+# At the bound, version 3 moves three row-sized streams (two reads, one write) and version 4
+# two, so version 4 would be 3 / 2 = 1.5 times faster. The line "v4 vs v3 (chapter 5)" above
+# gives the measured ratio. It falls short of that where version 3's second read finds part of
+# the row still in L2 (its header says so). The lines after it compare with `torch.compile`
+# and Liger-Kernel (a column only where it is installed).
+# ```
+#
+# The forward+backward steps end within a few percent of the 1.15x line, close enough that a
+# run can fall on either side of it. The bf16 forward at 32768 x 16384 makes its target by
+# the smallest margin. Where does that call's time go? PyTorch's profiler lists the kernels of
+# one call and their times on the GPU:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 shape = (32768, 16384)
@@ -402,17 +423,19 @@ del x, t
 
 # %% [markdown]
 # The row kernel alone reads at nearly the read bandwidth printed at the top of the chapter,
-# well above the forward's target. The call loses part of that margin to what it adds outside
-# the kernel (the last line above), and in the output above still makes the target. What it adds does
-# not grow with the rows' length: the final kernels that add the rows' losses in a fixed order
-# (`sum_chunks` over chunks of 4096 rows, then `finish`), and the idle time around them. They
-# are programmatic dependent launches, as chapter 4's pass 2: each starts while the kernel
-# before it runs and waits for it on the device, so its time in the profiler includes that wait.
+# well above the forward's target. The call loses part of that margin to a fixed cost outside
+# the kernel (the last line above): the final kernels that add the rows' losses in a fixed
+# order (`sum_chunks`, then `finish`), and the idle time around them.
 #
-# ```{dropdown} Going deeper: what was tried against this fixed cost
+# ```{dropdown} Going deeper: the fixed cost, and what was tried against it
+# The cost does not grow with the rows' length: `sum_chunks` runs over chunks of 4096 rows,
+# then `finish` adds the chunks. They are programmatic dependent launches, as chapter 4's
+# pass 2: each starts while the kernel before it runs and waits for it on the device, so its
+# time in the profiler includes that wait.
+#
 # Two changes take part of this cost off: no memset of the bad-target flag before the
 # rows, and the final sum over many blocks instead of one beyond 16384 rows (version 3's header
-# says how; `bench/PERFLOG.md`, session 23, has the measurements). A warp per row streaming its
+# says how; `bench/PERFLOG.md` has the measurements). A warp per row streaming its
 # row through registers instead of shared memory, for the forward alone, gives the same kernel
 # time (`bench/PERFLOG.md`). Removing the final launch, by letting the last block to finish add
 # the losses, was measured for version 3 (its header) and was slower: every block then pays a
@@ -420,11 +443,15 @@ del x, t
 # ```
 #
 # Part of a call's fixed cost can be the measurement's own. Every timed call follows a clear of
-# {term}`L2 <L2 cache>` ({doc}`../book/timing`). Cleared by writing a 256 MB buffer, as `triton.testing.do_bench`
-# does, L2 is left full of modified lines, and the timed call writes them back to memory as its
-# reads evict them. Cleared by reading a buffer, L2 holds only clean lines, which cost nothing
-# to evict. The course's timings read; the cell below times this call and `torch.sum` over the
+# {term}`L2 <L2 cache>` ({doc}`../book/timing`). The course clears it by reading a buffer;
+# `triton.testing.do_bench` writes one. The cell below times this call and `torch.sum` over the
 # same logits both ways:
+#
+# ```{dropdown} Going deeper: why a clear by writing costs the timed call
+# Cleared by writing a 256 MB buffer, L2 is left full of modified lines, and the timed call
+# writes them back to memory as its reads evict them. Cleared by reading a buffer, L2 holds
+# only clean lines, which cost nothing to evict.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
@@ -446,13 +473,15 @@ del x, t
 
 # %% [markdown]
 # The write-back costs every call the same few microseconds, whatever the call does, so
-# ratios between providers barely move; absolute bandwidths of calls that read about a
-# gigabyte rise by a few percent. Cleared by a read, version 4's call makes its target in the
-# output above (the forward's PASS line further up). It makes it by less than the call's fixed
-# cost outside the row kernel, so a run can fall on either side of the line; the row kernel alone
-# makes it with room to spare (the lines above). In the output above `torch.sum` over the same logits, one kernel with no
-# final sum of rows, lands a hair under the line, a little behind version 4's call.
-# Nsight Compute says more about the kernels themselves.
+# ratios between providers barely move. Version 4's call makes its target by less than its
+# fixed cost outside the row kernel, so a run can fall on either side of the line; the row
+# kernel alone makes it with room to spare.
+#
+# ```{dropdown} Going deeper: against torch.sum
+# Absolute bandwidths of calls that read about a gigabyte rise by a few percent when L2 is
+# cleared by a read. `torch.sum` over the same logits, one kernel with no final sum of rows,
+# lands a hair under the line in the output above, a little behind version 4's call.
+# ```
 #
 # ## What Nsight Compute shows
 #
@@ -490,10 +519,9 @@ else:
 # %% [markdown]
 # The two steps move the same bytes and take about the same time. DRAM is busy most, not all,
 # of the time. Shared memory limits the blocks per SM (32 KB of slice each), not registers, and
-# the achieved {term}`occupancy` is close to what those blocks allow. Occupancy is low in warps, but it
-# is the {term}`bytes in flight` that keep memory busy, and each thread here has 16 copies of 16 bytes
-# in flight. Smaller blocks, more of them per SM, keep memory busier, and a persistent cluster
-# that overlaps rows is slower.
+# the achieved {term}`occupancy` is close to what those blocks allow. Occupancy is low in warps,
+# but it is the {term}`bytes in flight` that keep memory busy: each thread here has 16 copies
+# of 16 bytes in flight.
 #
 # ```{dropdown} Going deeper: the block size, and the persistent cluster that lost
 # The block size matters: 256 threads per block cost bf16 12% against 128 (the kernel's header
@@ -520,17 +548,20 @@ else:
 #
 # 1. `logits = hidden[chunk] @ W.T` with cuBLAS, into one scratch buffer reused by every chunk;
 # 2. version 4 reads those logits once and writes `dlogits` **over them**
-#    (`cross_entropy_into_logits`: every block reads its slice before it writes there). For the
-#    mean, it multiplies `dlogits` by 1 / (tokens counted), a factor computed and read on the
-#    GPU (`grad_factor`). The products below then need no scaling after them (in float16, where
-#    `dlogits` / count could fall below the smallest number, the gradients are scaled after
-#    their products instead);
+#    (`cross_entropy_into_logits`: every block reads its slice before it writes there), already
+#    multiplied by 1 / (tokens counted) for the mean;
 # 3. `grad_W += dlogits.T @ hidden[chunk]` and `grad_hidden[chunk] = dlogits @ W`.
 #
 # The gradients are ready when the forward returns; `backward()` multiplies them by its
 # `grad_output` in place, on the GPU, and does nothing when it is 1. The memory it adds is one
 # chunk of logits: `chunk_rows` is the largest multiple of 128 rows whose logits fit in
 # 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's).
+#
+# ```{dropdown} Going deeper: the mean's factor, and float16
+# The factor 1 / (tokens counted) is computed and read on the GPU (`grad_factor`), so the
+# products of step 3 need no scaling after them. In float16, where `dlogits` / count could
+# fall below the smallest number, the gradients are scaled after their products instead.
+# ```
 #
 # ```{figure} ../book/images/ch7_lm_head_chunks.svg
 # :alt: 8192 tokens in 8 chunks of 1024 rows. For each chunk: its logits go into one scratch buffer, the kernel writes dlogits over them, then two matrix products update grad_W and grad_hidden. A bar chart compares the memory of all the logits at once with one chunk's.
@@ -580,14 +611,26 @@ print("PyTorch, float16: sum of log_softmax over 16392 classes:",
       F.log_softmax(h16 @ w16.t(), dim=-1).sum(-1).tolist())
 
 # %% [markdown]
-# Then time and memory, at T=8192, H=4096, V=128256 (Llama 3 8B's head) and T=16384, H=2048,
-# V=151936 (Qwen 2's) in bf16, forward and backward. The providers are eager PyTorch
+# Then time and memory in bf16, forward and backward, at T=8192, H=4096, V=128256 (Llama 3
+# 8B's head) and T=16384, H=2048, V=151936 (Qwen 2's). The providers are eager PyTorch
 # (`F.cross_entropy(h @ W.T, t)`), the same under `torch.compile`, the matrix product then
-# version 4, ours, and the fused linear cross-entropies of other projects that are installed (`llm_head.other_fused_heads`). Those are Liger-Kernel's, Apple's Cut Cross-Entropy and PyTorch's own `F.linear_cross_entropy` from version 2.13. Cut Cross-Entropy's default filter skips gradient entries too small to matter in bf16. "Extra" is the peak memory of a step beyond the
-# inputs, the weight and their gradients (`torch.cuda.max_memory_allocated`). A head that runs
-# out of GPU memory is shown as such: on a smaller GPU, that is the measurement. Each head is
-# measured three times in turns and its fastest turn kept, so that a GPU clock that drifts over
-# the cell (under a long run of matrix products it does) favours none of them.
+# version 4, and ours. The fused linear cross-entropies of other projects join them where
+# installed (`llm_head.other_fused_heads`). "Extra" is the peak memory of a step beyond the inputs, the
+# weight and their gradients. A head that runs out of GPU memory is shown as such.
+#
+# **Predict first.** At T=8192, how much memory beyond the inputs should the fused head need,
+# and `torch.compile`'s head, which keeps the logits of the whole batch (the table at the top of
+# the chapter)? Which of the two should be faster?
+#
+# ```{dropdown} Going deeper: how the heads are measured
+# The other projects' heads are Liger-Kernel's, Apple's Cut Cross-Entropy and PyTorch's own
+# `F.linear_cross_entropy` from version 2.13. Cut Cross-Entropy's default filter skips
+# gradient entries too small to matter in bf16. "Extra" comes from
+# `torch.cuda.max_memory_allocated`; on a smaller GPU, running out of memory is the
+# measurement. Each head is measured three times in turns and its fastest turn kept, so that a
+# GPU clock that drifts over the cell (under a long run of matrix products it does) favours
+# none of them.
+# ```
 
 # %% tags=["gpu"]
 def eager_head(h, w, t):
@@ -650,12 +693,16 @@ for tokens, _, _ in HEAD_SHAPES:
             f"{ours['extra_gib']:.3f}")
 
 # %% [markdown]
-# The fused head keeps its promise on memory: under a quarter of a GiB where `torch.compile`
-# needs about two to five and eager about five to thirteen. Liger-Kernel's and Cut
-# Cross-Entropy's fused heads need even less memory; they have rows only where they are
-# installed, and in the output above both take much longer than ours at both sizes. Ours is faster
-# than eager PyTorch at both sizes, and a little slower than `torch.compile`: by under a
-# percent at T=8192 and by a few percent at T=16384 (the MISS lines above).
+# ```{admonition} Answer
+# :class: dropdown
+#
+# The fused head holds one chunk of logits, within the scratch budget above; `torch.compile`
+# holds the batch's logits and more (the column "extra GiB" of the table). On time the
+# prediction is harder: the fused head runs the same three matrix products in chunks, and
+# in the table it comes out a little slower than `torch.compile` (the MISS lines above).
+# Liger-Kernel's and Cut Cross-Entropy's heads, where installed, need even less memory and
+# take longer than ours.
+# ```
 #
 # What costs more than `torch.compile` is the weight's gradient (V x H, 1 GiB in bf16 here). Its
 # product runs over one chunk's rows instead of all of them, so its output, as large as the
@@ -801,6 +848,21 @@ plt.show()
 #   the weight's gradient is read and written once per chunk.
 # - Trained with the fused head, the language model follows PyTorch's curve.
 #
+# The ladder of the loss alone, forward and backward, from the rows this chapter saved (the
+# step and the cumulative speed-up are against chapter 5's version 3):
+
+# %% tags=["nbval-ignore-output"]
+VERSIONS = ["v3 (chapter 5)", "v4 (cluster)"]
+CHANGES = {"v3 (chapter 5)": "one block streams a row, twice",
+           "v4 (cluster)": "a cluster holds the row in shared memory"}
+summary_rows = ch.rows()
+Markdown("\n\n".join(
+    f"{label}, {shape[0]} x {shape[1]}:\n\n" + results.speedup_table(
+        summary_rows, VERSIONS, label, shape, baseline="v3 (chapter 5)", changes=CHANGES)
+    for label, shape in (("fwd+bwd bfloat16", (8192, 128256)),
+                         ("fwd+bwd float32", (4096, 131072)))))
+
+# %% [markdown]
 # ## Exercises
 #
 # Solutions are in {doc}`../solutions/ch7_solutions`.
