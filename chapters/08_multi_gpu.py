@@ -127,8 +127,8 @@ if GPUS < 2:
 # %% [markdown]
 # Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18 NVLink
 # links, 450 GB/s each way by NVIDIA's figures. Compare 4.8 TB/s from each GPU's own memory on
-# an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to eleven times more than reading them;
-# the statistics of a row cost nothing.
+# an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to eleven times
+# more than reading them; the statistics of a row cost nothing.
 #
 # ## The data-parallel mean
 #

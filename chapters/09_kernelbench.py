@@ -106,8 +106,8 @@ Markdown(kernelbench.problems_table())
 # **Hinge's labels belong to columns.** Problem 100's targets have shape (32768,) and its
 # predictions (32768, 32768). PyTorch broadcasts from the right, so element $[i, j]$ is paired
 # with `targets[j]`: one label per *column*. A kernel written with a label per row is wrong for
-# this problem, whose meaning is the reference's. The course's Hinge kernel has paired a target row with the last dimension since
-# chapter 3, exactly this broadcast:
+# this problem, whose meaning is the reference's. The course's Hinge kernel has paired a target
+# row with the last dimension since chapter 3, exactly this broadcast:
 
 # %%
 predictions = torch.tensor([[0.5, 2.0], [0.5, 2.0]])
@@ -447,8 +447,9 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 #
 # (in units of one input of 4.3 GB, 0.54 GB for the logits). Against `torch.compile` we expect
 # about 1x for the element-wise losses, and no more. Being as fast as the compiler is the best a
-# memory-bound kernel can do once the compiler reads its inputs once. The run: KernelBench's exact inputs, 5 trials, every check,
-# 100 timed calls of each program, each entry in a process of its own.
+# memory-bound kernel can do once the compiler reads its inputs once. The run: KernelBench's exact
+# inputs, 5 trials, every check, 100 timed calls of each program, each entry in a process of its
+# own.
 #
 # ```{admonition} Going deeper: drawing the exact inputs, and smaller GPUs
 # :class: dropdown
