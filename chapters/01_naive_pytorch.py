@@ -45,22 +45,21 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`warp`, {term}`grid`, {term}`reduction`, {term}`arithmetic intensity`,
 # {term}`L2 cache`, {term}`latency`.
 #
-# **Reading time:** about 16 minutes. **Run time:** about 1 minute
+# **Reading time:** about 13 minutes. **Run time:** about 1 minute
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
 # Every {term}`kernel` in this course competes with a line of PyTorch. Before writing any CUDA we
-# look at what those lines do on the GPU: which kernels PyTorch launches, which temporary
-# tensors it allocates, how many bytes cross the memory bus, and how long it takes, in
-# eager mode and under `torch.compile`. The chapter ends with the numbers every later
-# chapter is measured against: the GPU's read bandwidth, the {term}`launch-latency <launch overhead>` floor, the
-# throughput of PyTorch's losses at every size, and the accuracy of PyTorch's own float32
-# {term}`reduction`.
+# look at what those lines do on the GPU, eager and compiled: the kernels PyTorch launches, the
+# temporaries it allocates, the bytes that cross the memory bus, and the time. The chapter ends
+# with the numbers every later chapter is measured against: the GPU's read bandwidth, the
+# {term}`launch-latency <launch overhead>` floor, the throughput of PyTorch's losses at every
+# size, and the accuracy of PyTorch's own float32 {term}`reduction`.
 #
 # The four losses are the loss problems of KernelBench {cite}`ouyang2025kernelbench`, with
-# its sizes: $32768 \times 32768$ float32 predictions and targets ($2^{30}$ elements, 4 GiB
-# per tensor) for MSE, Smooth L1 and Hinge, and $32768 \times 4096$ float32 logits with
-# int64 class targets for cross-entropy.
+# its sizes. MSE, Smooth L1 and Hinge take $32768 \times 32768$ float32 predictions and targets
+# ($2^{30}$ elements, 4 GiB per tensor). Cross-entropy takes $32768 \times 4096$ float32 logits
+# with int64 class targets.
 #
 # ```{admonition} GPU memory
 # :class: note
@@ -215,9 +214,9 @@ for name, ops in traces.items():
 Markdown("\n".join(lines))
 
 # %% [markdown]
-# Three of the four losses show their temporaries plainly: MSE writes `p - t` and its
-# square, each as large as an input; Hinge writes three full-size temporaries; cross-entropy
-# writes the whole `log_softmax` matrix and then reads one entry per row of it. Smooth L1 is
+# Three of the four losses show their temporaries plainly. MSE writes `p - t` and its square,
+# each as large as an input; Hinge writes three full-size temporaries. Cross-entropy writes the
+# whole `log_softmax` matrix and then reads one entry per row of it. Smooth L1 is
 # a single ATen operator, `smooth_l1_loss`, so this trace cannot see what it does inside:
 # the profiler below can, and exercise {ref}`ch1-smooth-l1-bytes` asks you to count it.
 #
@@ -246,9 +245,9 @@ assert abs(traced - eager_bytes) <= 16, (traced, eager_bytes)
 print(f"eager MSE moves {eager_bytes / must_bytes:.1f}x the bytes it must read")
 
 # %% [markdown]
-# A memory-bound kernel's time is proportional to the bytes it moves, so eager MSE should
-# take about three times as long as a fused version that reads `p` and `t` once and keeps
-# `(p - t) ** 2` in registers. We measure that below.
+# **Predict first.** A memory-bound kernel's time is proportional to the bytes it moves. From
+# the table, how much longer should eager MSE take than a fused version that reads `p` and `t`
+# once and keeps `(p - t) ** 2` in registers? And Hinge? We measure it below.
 #
 # ## What the GPU runs: the profiler
 #
@@ -256,8 +255,8 @@ print(f"eager MSE moves {eager_bytes / must_bytes:.1f}x the bytes it must read")
 # memset, and `torch.compile` replaces the whole expression by kernels it generates.
 # `torch.profiler` with CUDA activities records each kernel the GPU actually ran and its
 # GPU time. We profile one call of each loss at the KernelBench size, eager and compiled
-# (`torch.compile(..., dynamic=False)`: code specialised for each shape, recompiled for each
-# new one). The first, unprofiled call warms up (and compiles).
+# (`dynamic=False`: code specialised for each shape). The first, unprofiled call warms up (and
+# compiles).
 
 # %% tags=["gpu", "nbval-ignore-output"]
 import re
@@ -319,44 +318,53 @@ for (name, provider), found in launched.items():
 # %% [markdown]
 # Eager MSE runs one kernel per operator: an element-wise subtract (PyTorch implements
 # `p - t` as an add with `alpha=-1`, hence `CUDAFunctor_add`), an element-wise power and a
-# mean reduction. At this size each appears **twice**: ATen's element-wise and reduction
-# kernels address memory with 32-bit offsets, a 4 GiB tensor has more bytes than those can
-# reach, so PyTorch splits each operation into launches over the two halves of the tensor
-# (and each reduction launch first clears a few bytes with a memset). The times follow the
-# bytes: the subtract, which moves 12 GiB, takes longest; the power (8 GiB) and the mean
-# (4 GiB) less in proportion. Hinge's broadcasting multiply runs a generic
-# `elementwise_kernel` instead of the vectorised one, and is clearly slower for the same bytes:
-# compare its two launches with those of the `add` that follows it, which also reads one
-# full-size tensor and writes another.
-# Eager cross-entropy's two kernels, `log_softmax`'s and `nll_loss`'s, live in an anonymous
-# namespace, where the shortening above cuts their names, leaving nothing: they are the two
-# lines without a name. (MSE's power kernel and Hinge's clamp are cut at the same place.)
+# mean reduction. The times follow the bytes: the subtract, which moves 12 GiB, takes longest;
+# the power (8 GiB) and the mean (4 GiB) less in proportion.
 #
-# The compiled losses run kernels whose names start with `triton_` and list the operators
-# they fused (`mean`, `pow`, `sub` for MSE): Inductor, the compiler behind `torch.compile`,
-# generated Triton kernels that read each input once and never write the temporaries. For a
-# reduction this large it splits the sum: a big kernel reads everything and writes partial
-# sums, and a tiny one adds those (the second line of each compiled element-wise loss;
-# compiled cross-entropy runs three kernels). Cross-entropy's
-# first kernel, `prepare_softmax_online`, makes one pass over each row computing its maximum
-# and its sum of exponentials together: the online softmax {cite}`milakov2018online` that
-# chapter 5 builds by hand. (To read the generated code, run with the environment variable
-# `TORCH_LOGS=output_code`.)
+# The compiled losses run kernels whose names start with `triton_` and list the operators they
+# fused (`mean`, `pow`, `sub` for MSE). Inductor, the compiler behind `torch.compile`, generated
+# Triton kernels that read each input once and never write the temporaries.
+#
+# ```{admonition} Going deeper: more in the profiler's lines
+# :class: dropdown
+# - **Every kernel twice.** At this size each eager operation appears twice. ATen's element-wise
+#   and reduction kernels address memory with 32-bit offsets, and a 4 GiB tensor has more bytes
+#   than those can reach. So PyTorch splits each operation into launches over the two halves of
+#   the tensor (and each reduction launch first clears a few bytes with a memset).
+# - **Hinge's slow multiply.** Hinge's broadcasting multiply runs a generic `elementwise_kernel`
+#   instead of the vectorised one, and is clearly slower for the same bytes. Compare its two
+#   launches with those of the `add` that follows it, which also reads one full-size tensor and
+#   writes another.
+# - **Lines without a name.** Eager cross-entropy's two kernels, `log_softmax`'s and
+#   `nll_loss`'s, live in an anonymous namespace, where the shortening above cuts their names to
+#   nothing. (MSE's power kernel and Hinge's clamp are cut at the same place.)
+# - **Inductor splits a large sum.** A big kernel reads everything and writes partial sums, and
+#   a tiny one adds those: the second line of each compiled element-wise loss. Compiled
+#   cross-entropy runs three kernels. Its first, `prepare_softmax_online`, makes one pass over
+#   each row computing its maximum and its sum of exponentials together: the online softmax
+#   {cite}`milakov2018online` that chapter 5 builds by hand.
+# - To read the generated code, run with the environment variable `TORCH_LOGS=output_code`.
+# ```
 #
 # ## Measuring the GPU
 #
-# Three numbers about the GPU itself, measured here, in the same process as everything else:
+# Three numbers about the GPU itself, measured in the same process as everything else:
 #
-# - the **read bandwidth**: `torch.sum` over a 4 GiB float32 tensor (`kernels.bench.read_bandwidth`),
-#   the course's "speed of light" for a loss, which only has to read;
+# - the **read bandwidth**: `torch.sum` over a 4 GiB float32 tensor, the course's "speed of
+#   light" for a loss, which only has to read;
 # - the **copy bandwidth**: a 4 GiB device-to-device copy, counting bytes read plus bytes
-#   written (`kernels.bench.copy_bandwidth`), the rate for a kernel that also writes, such as
-#   each of eager MSE's element-wise steps;
+#   written, the rate for a kernel that also writes;
 # - the **launch floor**: an addition of two 1-element tensors, the least work a kernel can
-#   do. `kernels.bench.time_ms` gives its GPU time (CUDA events, with the GPU kept busy while
-#   Python launches it), and `kernels.bench.launch_overhead_ms` the time Python waits from the
-#   call to the result (launch, run, synchronise): what a loop pays per kernel when it waits
-#   for every result.
+#   do, as GPU time and as the time Python waits from the call to the result.
+#
+# ```{admonition} Going deeper: how each is measured
+# :class: dropdown
+# `kernels.bench.read_bandwidth` and `kernels.bench.copy_bandwidth` time the sum and the copy.
+# For the launch floor, `kernels.bench.time_ms` gives the add's GPU time (CUDA events, with the
+# GPU kept busy while Python launches it). `kernels.bench.launch_overhead_ms` gives the time
+# Python waits from the call to the result (launch, run, synchronise): what a loop pays per
+# kernel when it waits for every result.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 peak = ch.peak  # kernels.bench.read_bandwidth, measured once for the whole chapter
@@ -382,13 +390,18 @@ print(f"1-element add: {add_gpu_ms * 1e3:.1f} us of GPU time, "
 # ## Eager and compiled, at every size
 #
 # Now the sweep: each loss from $2^{12}$ to $2^{30}$ elements (`kernels.bench.SIZES`, a step
-# of 4x), timed by `kernels.bench.bench_loss` (CUDA events, median of 100 calls, inputs rotated
-# so that small sizes are read from memory and not from {term}`L2 <L2 cache>`). Because `dynamic=False` compiles
-# once per shape, `torch.compile` is measured at every other size (which includes the
+# of 4x), timed by `kernels.bench.bench_loss`. Everything lands in `book/results/ch1.csv`, which
+# the rest of the chapter reads.
+#
+# ```{admonition} Going deeper: how the sweep is timed
+# :class: dropdown
+# `bench_loss` uses CUDA events and takes the median of 100 calls. It rotates the inputs so that
+# small sizes are read from memory and not from {term}`L2 <L2 cache>`. Because `dynamic=False`
+# compiles once per shape, `torch.compile` is measured at every other size (which includes the
 # KernelBench size) to keep the compile time down. Cross-entropy keeps 4096 classes and varies
 # the rows (from 1 to $2^{18}$, plus KernelBench's 32768); compiled at the rows of every other
-# size and at 32768. Everything lands in `book/results/ch1.csv`, which the rest of the chapter
-# reads.
+# size and at 32768.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 import time
@@ -438,8 +451,7 @@ print("copy bandwidth (4 GiB, read + write): "
 # ### Bytes predict the time
 #
 # At the KernelBench sizes, here is every loss's eager and compiled time, next to the bytes
-# eager mode moves according to the trace above. If the kernels are memory-bound, the ratio of
-# the times should follow the ratio of the bytes.
+# eager mode moves according to the trace above: the answer to the prediction.
 
 # %% tags=["nbval-ignore-output"]
 lines = ["| loss | eager (ms) | torch.compile (ms) | time eager / compile | "
@@ -462,12 +474,19 @@ print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
       f"{100 * ce['gbps'] / peak:.0f}% of the read bandwidth")
 
 # %% [markdown]
-# For the element-wise losses, compare the two ratios: the time ratio follows the byte ratio when
-# both versions run at the bandwidth (Hinge's eager version is a little slower than its bytes
-# predict: see its broadcasting multiply in the profiler output). "Bytes moved" is a model, not a
-# law: where the compiled kernel does not itself reach the read bandwidth (the tables below give
-# its GB/s, and cross-entropy is the case to look at), the ratio of times is smaller than the
-# ratio of bytes. Chapter 5 writes a cross-entropy kernel that comes much closer to it.
+# ```{admonition} Answer
+# :class: dropdown
+# Eager MSE moves three times the bytes it must ($2n$ read plus $n$ written by the subtract, $n$
+# and $n$ by the power, $n$ read by the mean, against $2n$), Hinge seven times. Compare the
+# table's last two columns: for MSE and Hinge the time ratio follows the byte ratio, because
+# both versions run at the bandwidth. Hinge's eager version is a little slower than its bytes
+# predict (its broadcasting multiply, in the profiler's fold above).
+# ```
+#
+# "Bytes moved" is a model, not a law. Where the compiled kernel does not itself reach the read
+# bandwidth, the ratio of times is smaller than the ratio of bytes. Cross-entropy is the case to
+# look at (the printed line under the table gives its share of the bandwidth). Chapter 5 writes a
+# cross-entropy kernel that comes much closer to it.
 #
 # ## The roofline: why FLOPs do not matter
 #
@@ -511,15 +530,20 @@ else:
 # %% [markdown]
 # Every loss sits far left of the ridge: its arithmetic would take a small fraction of the
 # time its bytes take, and the GPU's arithmetic units idle while they wait for memory. So
-# the bytes are what to count first. Not the only thing, though: the roofline counts flops,
-# but the GPU *issues instructions* (loads, address arithmetic, conversions, `exp` on a
-# special-function unit that runs at a fraction of the FMA rate), one per cycle per {term}`warp`
-# scheduler. A kernel can run out of instruction issue long before its flops fill the roof:
-# chapter 5 measures with the profiler how close its cross-entropy kernel comes to that limit,
-# in float32 and in bfloat16 (which brings twice the values per byte). The best a
-# loss kernel can do is read each input once at the read bandwidth, which is what the
-# compiled element-wise losses already come close to. The plot below shows the same picture
-# as a roofline, with each loss's compiled version at its KernelBench size.
+# the bytes are what to count first. The best a loss kernel can do is read each input once at
+# the read bandwidth, which is what the compiled element-wise losses already come close to. The
+# plot below shows the same picture as a roofline, with each loss's compiled version at its
+# KernelBench size.
+#
+# ```{admonition} Going deeper: instructions, not flops
+# :class: dropdown
+# The bytes are not the only limit. The roofline counts flops, but the GPU *issues
+# instructions* (loads, address arithmetic, conversions, `exp` on a special-function unit that
+# runs at a fraction of the FMA rate), one per cycle per {term}`warp` scheduler. A kernel can run
+# out of instruction issue long before its flops fill the roof. Chapter 5 measures with the
+# profiler how close its cross-entropy kernel comes to that limit, in float32 and in bfloat16
+# (which brings twice the values per byte).
+# ```
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -576,9 +600,9 @@ for name in LOSS_NAMES:
                      + results.markdown_table(rows, ["eager", "torch.compile"], name)))
 
 # %% [markdown]
-# On the right of each plot, the large sizes: compiled MSE, Smooth L1 and Hinge run close to the
+# On the right of each plot, the large sizes. Compiled MSE, Smooth L1 and Hinge run close to the
 # read bandwidth, and their eager versions near the fraction their extra bytes allow (a third for
-# MSE, a seventh for Hinge); cross-entropy stays further below what its bytes allow, eager and
+# MSE, a seventh for Hinge). Cross-entropy stays further below what its bytes allow, eager and
 # compiled alike. On the left, every curve collapses: at a few thousand elements no loss gets
 # anywhere near the bandwidth, whatever it does. That is the launch floor.
 #
@@ -590,6 +614,10 @@ for name in LOSS_NAMES:
 # **bandwidth-bound** from the first measured size at which it reaches half of its own best
 # throughput (the plateau on the right of its curve). Half of the read bandwidth is the
 # stricter test: eager losses, which move several times the bytes they must, may never pass it.
+#
+# **Predict first.** At 4096 elements each input of eager MSE is $4096 \times 4$ bytes,
+# nothing for a GPU that reads gigabytes per millisecond, but MSE launches three kernels. How
+# long will it take, as a multiple of the 1-element add: about one, about three, or more?
 
 # %% tags=["nbval-ignore-output"]
 gpu_us = launch["1-element add, GPU time"]["ms"] * 1e3
@@ -634,22 +662,35 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
       f"{len(traces['mse'])} kernels")
 
 # %% [markdown]
-# At the smallest sizes every loss takes a small multiple of the empty
-# kernel's GPU time (the table's "x the 1-element add" column), and its time grows far more
-# slowly than the size: the GPU is not busy with the data but with launching kernels, each on
-# a {term}`grid` too small to fill the GPU.
-# Eager mode launches a kernel per operator; `torch.compile` launches fewer for the element-wise
-# losses, but not for cross-entropy (three kernels against eager's two in the profiler output
-# above). `kernels.bench.time_ms` keeps the GPU queued ahead of the host (a buffer clear and a
-# short sleep before each call), so these are GPU times: the host's own work per call comes on top
-# in a real loop (the 1-element add took several times its GPU time from call to result, above),
-# and for `torch.compile` it includes Dynamo's checks that the inputs still match the compiled
-# shapes and Inductor's wrapper. Eager and compiled MSE and Smooth L1 reach half of their best at
-# the same measured size (the tables above). Compiled Hinge needs larger inputs for that than
-# eager mode does; for compiled cross-entropy the table cannot tell, as it is not measured at the
-# size where eager crosses. Below the crossing, making a kernel faster changes little; what counts
-# there is the number of launches and the work done per call. (The compiled curves are measured at
-# every other size, so their crossing points are known only to within a factor of 16.)
+# ```{admonition} Answer
+# :class: dropdown
+# A small multiple, below the number of kernels: read the "x the 1-element add" column and the
+# line printed under the table. The time is the launches', not the bytes'. Kernels launched back
+# to back overlap part of their fixed cost, so three launches cost less than three empty adds.
+# ```
+#
+# At the smallest sizes every loss takes a small multiple of the empty kernel's GPU time, and its
+# time grows far more slowly than the size. The GPU is not busy with the data but with launching
+# kernels, each on a {term}`grid` too small to fill the GPU. Eager mode launches a kernel per
+# operator; `torch.compile` launches fewer for the element-wise losses, but not for cross-entropy
+# (three kernels against eager's two in the profiler output above). Below the crossing, making a
+# kernel faster changes little; what counts there is the number of launches and the work done
+# per call.
+#
+# ```{admonition} Going deeper: GPU time, host time, and where each loss crosses
+# :class: dropdown
+# `kernels.bench.time_ms` keeps the GPU queued ahead of the host (a buffer clear and a short
+# sleep before each call), so these are GPU times. The host's own work per call comes on top in
+# a real loop: the 1-element add took several times its GPU time from call to result (the line
+# above the table). For `torch.compile` the host's work includes Dynamo's checks that the
+# inputs still match the compiled shapes, and Inductor's wrapper.
+#
+# Eager and compiled MSE and Smooth L1 reach half of their best at the same measured size (the
+# table). Compiled Hinge needs larger inputs for that than eager mode does. For compiled
+# cross-entropy the table cannot tell, as it is not measured at the size where eager crosses.
+# The compiled curves are measured at every other size, so their crossing points are known only
+# to within a factor of 16.
+# ```
 #
 # ## Accuracy: the bar PyTorch sets
 #
@@ -698,7 +739,7 @@ print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2*
       "float32's unit roundoff")
 
 # %% [markdown]
-# The sequential sum loses digits as soon as the running sum dwarfs the terms: its error grows
+# The sequential sum loses digits as soon as the running sum dwarfs the terms. Its error grows
 # to many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while that of
 # `torch.sum` on the CPU (the table's last column) stays near or below it. PyTorch's GPU
 # reduction over $2^{30}$ elements, measured above, sets the bar for the rest of the course:
@@ -709,22 +750,41 @@ print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2*
 # ## Summary
 #
 # - Eager PyTorch runs one kernel per operator and writes every temporary to memory: MSE moves
-#   three times the bytes it must, Hinge seven times (its byte count above), and its time
-#   follows the bytes.
+#   three times the bytes it must, Hinge seven times, and its time follows the bytes.
 # - `torch.compile` fuses each element-wise loss into generated kernels that read each input
 #   once, and runs close to the read bandwidth at large sizes. That is the baseline our CUDA
 #   kernels must match; for cross-entropy it leaves room, which chapter 5 takes.
 # - Losses are far below the ridge point of the roofline: count the bytes first. The
 #   instructions issued per byte can still set the limit (chapter 5's bfloat16 kernel).
 # - Small inputs are latency-bound: the time is set by the launches and the host's work per
-#   call, not by the bytes, and `torch.compile`'s own per-call overhead counts there too.
-# - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small (measured
-#   above); a sequential float32 sum does not. Our kernels must do at least as well.
+#   call, not by the bytes.
+# - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small; a sequential
+#   float32 sum does not. Our kernels must do at least as well.
 #
+# What the chapter measured, at the sizes of KernelBench (or the largest this GPU held), read
+# back from `book/results/ch1.csv`:
+
+# %% tags=["nbval-ignore-output"]
+lines = ["| loss | shape | eager (ms) | eager GB/s (% of read) | torch.compile (ms) | "
+         "torch.compile GB/s (% of read) | compile vs eager |",
+         "|---|---|---|---|---|---|---|"]
+for name in LOSS_NAMES:
+    eager, comp = at(name, "eager", MEASURED[name]), at(name, "torch.compile", MEASURED[name])
+    shape = " x ".join(f"{d:,}" for d in MEASURED[name])
+    lines.append(f"| {name} | {shape} | {eager['ms']:.3f} | "
+                 f"{eager['gbps']:.0f} ({100 * eager['gbps'] / peak:.0f}%) | "
+                 f"{comp['ms']:.3f} | {comp['gbps']:.0f} ({100 * comp['gbps'] / peak:.0f}%) | "
+                 f"{eager['ms'] / comp['ms']:.2f}x |")
+display(Markdown("\n".join(lines)))
+print(f"read bandwidth {peak:.0f} GB/s, "
+      f"copy {memory['copy (read + write)']['gbps']:.0f} GB/s; 1-element add "
+      f"{gpu_us:.1f} us of GPU time, {host_us:.1f} us from call to result")
+
+# %% [markdown]
 # ## Exercises
 #
 # The checks below compare your answers with numbers computed from this chapter's
-# measurements (`book/results/ch1.csv`, or your own run's) and print PASS, FAIL with how far
+# measurements (`book/results/ch1.csv`, or your own run's). They print PASS, FAIL with how far
 # off the answer is (not the answer), or "not attempted" while it is still `None`. A FAIL also
 # raises an error, so that `make check CHAPTER=1` fails on it. Solutions are in
 # {doc}`../solutions/ch1_solutions`.
@@ -767,13 +827,14 @@ check_smooth_l1_bytes(smooth_l1_bytes)
 #
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
-# Build a two-term model of eager MSE's time from this chapter's measurements: a fixed cost,
-# the time measured at the smallest size (the launches of its kernels, which move almost no
-# bytes), plus the bytes its kernels move at the measured read bandwidth `peak` (GB/s). Count
-# those bytes per element from the kernels the profiler listed above, write the model as a
-# function of the number of elements, and check its predictions against the measured times
-# at $2^{20}$ and $2^{26}$ elements (within 20%). Then compare it with every measured size:
-# where is it worst, and what does the GPU do there that the model leaves out?
+# Build a two-term model of eager MSE's time from this chapter's measurements. The first term
+# is a fixed cost, the time measured at the smallest size (the launches of its kernels, which
+# move almost no bytes). The second is the bytes its kernels move, at the measured read
+# bandwidth `peak` (GB/s). Count those bytes per element from the kernels the profiler listed
+# above, and write the model as a function of the number of elements. Check its predictions
+# against the measured times at $2^{20}$ and $2^{26}$ elements (within 20%). Then compare it
+# with every measured size: where is it worst, and what does the GPU do there that the model
+# leaves out?
 # ```
 #
 # ```{admonition} Hint
@@ -802,8 +863,8 @@ check_mse_model(eager_mse_bytes_per_element, eager_mse_model_ms, rows)
 #
 # **Difficulty:** ★☆☆ (easy) · **Time:** about 15 minutes
 #
-# For cross-entropy at KernelBench's size ($32768 \times 4096$ float32 logits, int64
-# targets), counting 4 flops per logit and only the bytes that must be read: compute the
+# Take cross-entropy at KernelBench's size ($32768 \times 4096$ float32 logits, int64
+# targets), counting 4 flops per logit and only the bytes that must be read. Compute the
 # arithmetic intensity (flop per byte) and the roofline time in milliseconds (the bytes over
 # the measured read bandwidth). What fraction of that limit do eager PyTorch and
 # `torch.compile` reach?

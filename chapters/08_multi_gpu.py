@@ -45,7 +45,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`all-reduce`, {term}`NCCL`,
 # {term}`log-sum-exp`, {term}`online softmax`, {term}`latency`.
 #
-# **Reading time:** about 13 minutes. **Run time:** about 1 minute
+# **Reading time:** about 12 minutes. **Run time:** about 1 minute
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
@@ -104,12 +104,15 @@ show_source("ops/ranks.py", "def launch(", "        return {**json.loads")
 show_source("ops/ranks.py", "class Context:", "    def say(")
 
 # %% [markdown]
-# NVLink multicast (NVLS) stays off: `launch` sets `MULTICAST_OFF` (`NCCL_NVLS_ENABLE=0` and two
-# more, in `kernels/ops/vocab_parallel.py`) in every process, so the numbers are NCCL's ring's and
-# tree's.
+# The GPUs of this machine, and how they are linked:
 #
-# The check below reports the setting from every rank; on an NVSwitch machine of your own, empty
-# `MULTICAST_OFF` to let NCCL choose NVLS and compare. The GPUs of this run:
+# ```{admonition} Going deeper: NVLink multicast stays off
+# :class: dropdown
+# `launch` sets `MULTICAST_OFF` (`NCCL_NVLS_ENABLE=0` and two more, in
+# `kernels/ops/vocab_parallel.py`) in every process, so the numbers are NCCL's ring's and
+# tree's, not NVLink multicast's (NVLS). The check below reports the setting from every rank; on
+# an NVSwitch machine of your own, empty `MULTICAST_OFF` to let NCCL choose NVLS and compare.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 GPUS = torch.cuda.device_count()
@@ -123,9 +126,9 @@ if GPUS < 2:
 
 # %% [markdown]
 # Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18 NVLink
-# links, 450 GB/s each way by NVIDIA's figures, against 4.8 TB/s from each GPU's own memory on an H200 (3.35 TB/s on an
-# H100). Moving logits between GPUs would cost seven to eleven times more than reading them;
-# the statistics of a row cost nothing.
+# links, 450 GB/s each way by NVIDIA's figures. Compare 4.8 TB/s from each GPU's own memory on
+# an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to eleven times
+# more than reading them; the statistics of a row cost nothing.
 #
 # ## The data-parallel mean
 #
@@ -148,21 +151,34 @@ if GPUS < 2:
 show_source("ops/vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
 
 # %% [markdown]
-# Each rank's sum comes from the kernel of this chapter (below) in one pass over its logits;
-# here the ranks differ in padding (10 % and 70 % of the rows ignored) and in how hard their
-# rows are (short, heavily padded documents are often easier), as real batches do:
+# Each rank's sum comes from the kernel of this chapter (below) in one pass over its logits.
+# Here the ranks differ in padding (10 % and 70 % of the rows ignored) and in how hard their
+# rows are (short, heavily padded documents are often easier), as real batches do.
+#
+# **Predict first.** Is the mean of the two ranks' means off from the global mean by a rounding
+# error of float32 (about $10^{-7}$ relative), or by much more? And will the two GPUs hold the
+# same bits of the global mean?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 mean_run = launch_or_stored("ch8_global_mean", "global_mean", GPUS, GPUS)
 
 # %% [markdown]
-# The mean of means is off by tens of percent: not a rounding error but a different loss, and
-# its gradient trains a different model. The global mean matches the float64 reference to
-# float32 precision and has the same bits on both GPUs, as NCCL promises. It also has the same
-# bits in the three calls of the run, which shows less than it seems: with two ranks there is
-# one addition, and $a + b = b + a$ in floating point, so no order of {term}`reduction` could change
-# the bits. Three ranks could (the CPU run below); one run agreeing with itself still says
-# nothing about another machine or another NCCL version.
+# ```{admonition} Answer
+# :class: dropdown
+# Read the lines above: the mean of means is off by far more than rounding. It is not a
+# rounding error but a different loss, and its gradient trains a different model. The padding
+# decides it: a token of the rank that ignores 70 % of its rows weighs about three times as
+# much in the mean of means as a token of the other rank. The global mean matches the float64
+# reference to float32 precision and has the same bits on both GPUs, as NCCL promises.
+# ```
+#
+# ```{admonition} Going deeper: what "the same bits" proves
+# :class: dropdown
+# The global mean also has the same bits in the three calls of the run, which shows less than
+# it seems. With two ranks there is one addition, and $a + b = b + a$ in floating point, so no
+# order of {term}`reduction` could change the bits. Three ranks could (the CPU run below). One
+# run agreeing with itself still says nothing about another machine or another NCCL version.
+# ```
 #
 # The same runs on three CPU processes over gloo (the statistics then come from PyTorch in
 # float64), with a third batch:
@@ -238,10 +254,10 @@ show_source("ops/vocab_parallel.py", "class _ShardedCrossEntropy",
 # %% [markdown]
 # ## Correct on every rank
 #
-# `check` builds a whole problem on every rank, gives each rank its share (of the columns, or
-# of the rows), and compares the loss and the gradient of each rank's share with PyTorch's
-# cross-entropy in float64 on the whole problem: irregular vocabularies (5003 classes split
-# into uneven shards), ignored rows, label smoothing, the three reductions, three dtypes.
+# `check` builds a whole problem on every rank and gives each rank its share (of the columns,
+# or of the rows). It compares the loss and the gradient of each rank's share with PyTorch's
+# cross-entropy in float64 on the whole problem. The cases: irregular vocabularies (5003 classes
+# split into uneven shards), ignored rows, label smoothing, the three reductions, three dtypes.
 # "same bits" compares the loss of every rank bit for bit.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -265,6 +281,11 @@ assert all(case["passed"] for case in cpu_check_run["cases"])  # nbval fails on 
 # of a step being the slowest rank's. On one GPU it also times chapter 5's cross-entropy and
 # PyTorch's on the whole vocabulary. {term}`Bandwidths <bandwidth>` count the least a forward and backward must
 # move, reading the logits and writing their gradient once, over all GPUs.
+#
+# **Predict first.** Split over two GPUs, each GPU reads and writes half of every row's logits.
+# Per row, three floats (12 bytes) cross the link, against $256000 \times 2$ bytes of a Gemma
+# row. How close to twice one GPU's speed will two GPUs come, and what share of a step will the
+# all-reduces take?
 
 # %% tags=["gpu", "nbval-ignore-output"]
 one_gpu = launch_or_stored("ch8_time_one_gpu", "time", 1, GPUS)
@@ -337,23 +358,32 @@ Markdown("\n".join(table))
 # - "other" is PyTorch's small per-row work between the kernels (rescaling the sums, the loss of
 #   each row, the per-row scales of the gradient): a few µs each.
 #
-# So the scaling efficiency is set by what is *not* split: the all-reduces' {term}`latency`, the
-# per-row work, and the wait for the slower rank. At these sizes they cost 4-5 %; with fewer
-# rows per GPU they would cost relatively more (exercise 8.3).
+# ```{admonition} Answer
+# :class: dropdown
+# Close to twice: the PASS lines of the timing cell print the speed-up and its efficiency. The
+# all-reduces alone (the table's last column) are a small part of a step, because 12 bytes per
+# row are nothing next to a row's half-megabyte of logits. What keeps the step from exactly half
+# is what is *not* split: the all-reduces' {term}`latency`, the per-row work ("other"), and the
+# wait for the slower rank. With fewer rows per GPU these cost relatively more (exercise 8.3).
+# ```
 #
-# One more comparison from the same run: on one GPU, this chapter's two kernels are as fast as
-# chapter 5's version 3, and both are about three times as fast as PyTorch's (the first lines
-# of the timing output). Neither reaches the bound of one read and one write: both read the
-# logits twice, once for the statistics and once for the gradient; version 3 because a row of
-# 256000 bf16 logits does not fit on one {term}`SM`. Chapter 7's version 4 already removes the second
-# read on one GPU: it keeps each row on chip across a cluster of SMs, and at 8192 x 128256 bf16
-# its forward and backward beat version 3 by the factor chapter 7's target cell prints. This
-# run does not time version 4, so how much it would gain at these two shapes is not measured
-# here. With the vocabulary split, the second read has a reason of its own: between a shard's
+# ```{admonition} Going deeper: why both kernels read the logits twice
+# :class: dropdown
+# On one GPU, this chapter's two kernels are as fast as chapter 5's version 3, and both are
+# about three times as fast as PyTorch's (the first lines of the timing output). Neither reaches
+# the bound of one read and one write: both read the logits twice, once for the statistics and
+# once for the gradient. Version 3 does so because a row of 256000 bf16 logits does not fit on
+# one {term}`SM`. Chapter 7's version 4 already removes the second read on one GPU: it keeps
+# each row on chip across a cluster of SMs, and at 8192 x 128256 bf16 its forward and backward
+# beat version 3 by the factor chapter 7's target cell prints. The timing task here does not
+# time version 4, so its gain at these two shapes is not measured.
+#
+# With the vocabulary split, the second read has a reason of its own. Between a shard's
 # statistics and its gradient comes the all-reduce of every rank's statistics, and a kernel
-# cannot hold its shard in {term}`shared memory` across a collective that runs after it has finished.
-# Keeping the shard on chip would need the exchange inside the kernel, which this chapter does
-# not do.
+# cannot hold its shard in {term}`shared memory` across a collective that runs after it has
+# finished. Keeping the shard on chip would need the exchange inside the kernel, which this
+# chapter does not do.
+# ```
 #
 # ## From one GPU to four
 #
@@ -425,17 +455,17 @@ Markdown("\n".join(table))
 # the table above is the same run.
 #
 # - **What splits, scales.** The two kernels read and write $1/R$ of the logits on each GPU, so
-#   the step shrinks nearly as $1/R$: on two GPUs it meets the script's target of 90 % of $R$,
+#   the step shrinks nearly as $1/R$. On two GPUs it meets the script's target of 90 % of $R$;
 #   on four it falls a little short of it (the speedup column).
 # - **What does not split, stays.** Compare the four-GPU step with one GPU's step divided by
 #   four (the dotted line): the difference is not the kernels'. Every rank does the per-row work
-#   of every row (the profiler's "other" column: the rows are not split), and the all-reduces
-#   alone take longer on four GPUs than on two although their bytes per row grow by only half
-#   (right panel): latency, not bytes, sets their cost. That fixed part is a larger share of a
-#   step the more GPUs share the vocabulary; an eight-GPU run would measure how much (this
-#   course has none).
+#   of every row (the profiler's "other" column: the rows are not split). The all-reduces alone
+#   take longer on four GPUs than on two, although their bytes per row grow by only half (right
+#   panel): latency, not bytes, sets their cost. That fixed part is a larger share of a step the
+#   more GPUs share the vocabulary; an eight-GPU run would measure how much (this course has
+#   none).
 # - **The exact mean costs nothing at any count.** With 4096 rows on every GPU, its step is flat
-#   from one GPU to four: the all-reduce of two float64 numbers (its own row of the table) is a
+#   from one GPU to four. The all-reduce of two float64 numbers (its own row of the table) is a
 #   small part of it, whatever the number of rows.
 #
 # ## Summary
@@ -444,14 +474,33 @@ Markdown("\n".join(table))
 #   float64 numbers gives every rank the exact mean, with the same bits. The mean of the ranks'
 #   means is a different, wrong loss whenever ranks count different numbers of tokens.
 # - A loss over a split vocabulary needs, per row, the max and the rescaled sum of
-#   exponentials of every shard, and the target's logit from the shard that owns it: three
+#   exponentials of every shard, and the target's logit from the shard that owns it. Three
 #   floats per row cross the link, and each rank writes the gradient of its own shard.
 # - Measured on two H200s: nearly twice the throughput of the same kernels on one GPU (the
-#   PASS lines above); the two all-reduces alone take about 1 % of a step, and a few percent
+#   PASS lines above). The two all-reduces alone take about 1 % of a step, and a few percent
 #   inside it, waiting for the slower rank included.
 # - On four GPUs the step is not quite a quarter of one GPU's: the per-row work and the
 #   collectives' latency do not split, and they set how far the vocabulary can be spread.
 #
+# What the chapter measured on two GPUs, read back from `book/results/ch8.csv` (forward and
+# backward in bf16; GB/s counts one read of the logits and one write of their gradient):
+
+# %% tags=["nbval-ignore-output"]
+summary_rows = results.read_rows("ch8", results.PUBLISHED_DIR / "ch8.csv")
+lines = ["| shape | provider | time (ms) | GB/s | % of its GPUs' read bandwidth "
+         "| vs PyTorch eager |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+for shape in dict.fromkeys(r["shape"] for r in summary_rows):
+    mine = {r["provider"]: r for r in results.select(summary_rows, shape=shape)}
+    eager = next(r["ms"] for p, r in mine.items() if p.startswith("PyTorch eager"))
+    # slowest first, as in the bar plot; the bandwidth of R GPUs is R times one GPU's
+    for provider, r in sorted(mine.items(), key=lambda item: -item[1]["ms"]):
+        gpus = int(re.search(r"(\d+) GPU", provider).group(1))
+        lines.append(f"| {shape[0]} x {shape[1]} | {provider} | {r['ms']:.3f} | "
+                     f"{r['gbps']:.0f} | {100 * r['gbps'] / (gpus * r['peak_gbps']):.0f}% | "
+                     f"{eager / r['ms']:.2f}x |")
+Markdown("\n".join(lines))
+
+# %% [markdown]
 # ## Exercises
 #
 # Solutions are in {doc}`../solutions/ch8_solutions`.

@@ -42,24 +42,28 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`kernel`, {term}`thread`,
 # {term}`L2 cache`, {term}`bandwidth`.
 #
-# **Reading time:** about 19 minutes. **Run time:** about 4 minutes
+# **Reading time:** about 13 minutes. **Run time:** about 4 minutes
 # on a small GPU (the book's small-GPU run, {doc}`../book/status`).
 # ```
 #
 # [KernelBench](https://github.com/ScalingIntelligence/KernelBench) {cite}`ouyang2025kernelbench` is a
 # benchmark of 250 PyTorch programs for which a language model, or a person, writes a faster
-# version: a class `ModelNew` that must compute what the program's `Model` computes, and is
-# timed against it. Its level 1 holds single operators, and four of them are this course's
-# losses: problem 94 (MSELoss), 95 (CrossEntropyLoss), 96 (HuberLoss) and 100 (HingeLoss).
+# `ModelNew` that must compute what the program's `Model` computes. Four of its level-1
+# problems are this course's losses: 94 (MSELoss), 95 (CrossEntropyLoss), 96 (HuberLoss) and
+# 100 (HingeLoss).
 #
-# This chapter enters the course's final {term}`kernels <kernel>` for those four problems, under KernelBench's
-# own rules, and asks what the rules prove. A benchmark that scores programs by speed invites
-# programs that look fast without doing the work; KernelBench's authors say so themselves
-# ("if the model can reward hack, it will find ways to reward hack", in its `EVAL.md`) and test
-# their evaluation against a few such cheats. We reproduce the rules in
-# `kernels/kernelbench/`, add a check for each cheat we know of and the checks that the public
-# leaderboards learned to add (GPU MODE's, and the static checker KernelBench grew), run the
-# course's entries, and end with two exercises: your own `ModelNew`, and a cheat of your own.
+# This chapter enters the course's final {term}`kernels <kernel>` for them, under KernelBench's
+# rules, and asks what the rules prove. A benchmark that scores programs by speed invites programs
+# that look fast without doing the work ("if the model can reward hack, it will find ways to
+# reward hack", KernelBench's `EVAL.md`).
+#
+# The chapter's path:
+#
+# 1. the four problems, and what in them matters to a kernel writer;
+# 2. KernelBench's rules, the cheats they let through, and a check for each (`kernels/kernelbench/`);
+# 3. the checks the public leaderboards learned to add;
+# 4. the course's entries, predicted from their bytes, then measured;
+# 5. two exercises: your own `ModelNew`, and a cheat of your own.
 
 # %%
 import torch
@@ -75,32 +79,35 @@ from kernels.notebook import show_source
 #
 # A KernelBench problem is one Python file: a `Model` whose `forward` is the reference, a
 # `get_inputs()` that draws its inputs, and a `get_init_inputs()` for its constructor (empty
-# here). The four files as of the commit we read (`423217d`, March 2026; the sizes date from
-# July 2025, when the level-1 problems were scaled up, meant to run for over a millisecond; on
-# this H100 problem 95's eager reference takes about half of one):
+# here). The four files as of the commit we read (`423217d`, March 2026):
+#
+# ```{admonition} Going deeper: why the sizes are this large
+# :class: dropdown
+# The sizes date from July 2025, when KernelBench scaled its level-1 problems up so that each
+# would run for over a millisecond. Problem 95's eager reference still takes less than that on an
+# H100 (the timing table below).
+# ```
 
 # %%
 Markdown(kernelbench.problems_table())
 
 # %% [markdown]
-# The problems are data, so `kernels/kernelbench/problems.py` reproduces them as data: the reference
-# expression, the sizes, and the draws of `get_inputs()` in the order the files make them, from
-# a generator of our own. `tests/test_kernelbench_cpu.py` checks that after the same seed our
-# draws are KernelBench's, value for value.
+# `kernels/kernelbench/problems.py` reproduces the four files as data: the reference expression,
+# the sizes, and the draws of `get_inputs()` (`tests/test_kernelbench_cpu.py` checks that our
+# draws are KernelBench's, value for value).
 #
 # Three things in these files matter for a kernel writer.
 #
 # **The sizes.** Problems 94, 96 and 100 take 32768 x 32768 float32 predictions: $2^{30}$ values,
 # 4 GiB per tensor. The eager reference of problem 94 writes two more such tensors for its
-# intermediates, and a trial keeps copies of the inputs: an evaluation needs about four times its
+# intermediates, and a trial keeps copies of the inputs. An evaluation needs about four times its
 # inputs' bytes of GPU memory (`kernelbench.sized_for` halves a problem until it fits).
 #
 # **Hinge's labels belong to columns.** Problem 100's targets have shape (32768,) and its
 # predictions (32768, 32768). PyTorch broadcasts from the right, so element $[i, j]$ is paired
-# with `targets[j]`: one label per *column*. A reader expects a label per row (an example per
-# row), and a kernel written that way is wrong for this problem, whose meaning is the
-# reference's. The course's Hinge kernel has paired a target row with the last dimension since
-# chapter 3, exactly this broadcast:
+# with `targets[j]`: one label per *column*. A kernel written with a label per row is wrong for
+# this problem, whose meaning is the reference's. The course's Hinge kernel has paired a target
+# row with the last dimension since chapter 3, exactly this broadcast:
 
 # %%
 predictions = torch.tensor([[0.5, 2.0], [0.5, 2.0]])
@@ -111,8 +118,8 @@ print(kernelbench.Model100()(predictions, targets))
 # %% [markdown]
 # **The inputs are `torch.rand`.** Every float input is uniform in $[0, 1)$, the regression
 # predictions scaled by one more uniform number. So $|p - t| < 1$ always, and the Huber loss
-# never leaves its quadratic part; $1 - p\,t > 0$ always, and the hinge's clamp never acts;
-# the logits are below 1, and $e^{x}$ cannot overflow. A kernel that computes half the squared
+# never leaves its quadratic part. $1 - p\,t > 0$ always, and the hinge's clamp never acts. The
+# logits are below 1, and $e^{x}$ cannot overflow. A kernel that computes half the squared
 # error, forgets the clamp, or skips the subtraction of the row's maximum passes KernelBench's
 # trials. Checked at a small size on the CPU:
 
@@ -135,11 +142,16 @@ print(f"95: every logit in [0, 1): {bool(logits.min() >= 0 and logits.max() < 1)
 # What KernelBench's evaluation does (`src/kernelbench/eval.py`, `timing.py` and the defaults
 # of `scripts/run_and_check.py`), and `kernelbench.evaluate` with it:
 #
-# **Correctness.** Five trials. Their seeds come from one generator seeded with 42; each trial
-# seeds PyTorch with its own, calls `get_inputs()` on the CPU and moves the inputs to the GPU in
-# float32. `Model` and `ModelNew` run on the same inputs; the output must have the reference's
-# shape and pass `torch.allclose` with `atol = rtol = 1e-4` (`1e-2` in float16 and bfloat16).
-# Every trial must pass.
+# **Correctness.** Five trials, each on new inputs from `get_inputs()`. The output must have the
+# reference's shape and pass `torch.allclose` with `atol = rtol = 1e-4` (`1e-2` in float16 and
+# bfloat16). Every trial must pass.
+#
+# ```{admonition} Going deeper: the trials' seeds
+# :class: dropdown
+# The trials' seeds come from one generator seeded with 42. Each trial seeds PyTorch with its
+# own, calls `get_inputs()` on the CPU and moves the inputs to the GPU in float32; `Model` and
+# `ModelNew` run on the same inputs.
+# ```
 
 # %%
 show_source("kernelbench/problems.py", "def trial_seeds", "    return [int(")
@@ -148,33 +160,39 @@ show_source("kernelbench/problems.py", "def trial_seeds", "    return [int(")
 print(kernelbench.trial_seeds())
 
 # %% [markdown]
-# **Timing.** New inputs from seed 42; `ModelNew` is called 3 times to warm up (the reference
-# 5), then timed with a pair of CUDA events per call over 100 calls, plus a first one thrown
-# away. Before each call the device is synchronised and 256 MB are written to evict the inputs
-# from {term}`L2 <L2 cache>` (which at 4 GiB they do not fit anyway); after it, the device is synchronised again.
-# KernelBench reports the mean, and the speed-up is the reference's mean over `ModelNew`'s,
-# against eager `Model` and against `torch.compile(Model)`. A speed-up over eager above 10x is
-# flagged for a human to look at, not failed. Our timer does the same, and three things more:
-# it reads the host's clock around each call, for a check below; before each call, outside the
-# timed window, it writes new values into the inputs (`refill`), so that no call sees inputs an
-# earlier call saw; and after it, also outside the window, it compares the output with the
-# reference's for those inputs (`verify`):
+# **Timing.** KernelBench times 100 calls of each program with a pair of CUDA events per call,
+# the device synchronised and {term}`L2 <L2 cache>` flushed before each, and reports the mean.
+# The speed-up is the reference's mean over `ModelNew`'s, against eager `Model` and against
+# `torch.compile(Model)`. A speed-up over eager above 10x is flagged for a human to look at, not
+# failed. Our timer does the same, and three things more, outside the timed window. It reads the
+# host's clock around each call (for a check below), writes new values into the inputs before
+# each call (`refill`), and compares each output with the reference's (`verify`):
+#
+# ```{admonition} Going deeper: KernelBench's timing loop, call by call
+# :class: dropdown
+# New inputs from seed 42; `ModelNew` is called 3 times to warm up (the reference 5), then timed
+# over 100 calls, plus a first one thrown away. Before each call the device is synchronised and
+# 256 MB are written to evict the inputs from L2 (which at 4 GiB they do not fit anyway); after
+# it, the device is synchronised again. Our `refill` means that no call sees inputs an earlier
+# call saw.
+# ```
 
 # %%
 show_source("kernelbench/timing.py", "def time_trials",
             "    return Timing(events, walls, failure)")
 
 # %% [markdown]
-# Two places where we depart from KernelBench, both deliberate:
-#
+# ```{admonition} Going deeper: two places where we depart from KernelBench, both deliberate
+# :class: dropdown
 # - KernelBench casts *every* input tensor to float32, the class indices of problem 95
 #   included, and `F.cross_entropy` then refuses float targets: its reference cannot run
 #   (KernelBench issue #151; pull request #152 proposes the fix). We keep integer inputs
 #   integers, as that fix does.
 # - KernelBench runs the reference first and `ModelNew` second, on the same tensors. We run
-#   `ModelNew` first and the reference on copies taken before: nothing `ModelNew` does to its
+#   `ModelNew` first and the reference on copies taken before. Nothing `ModelNew` does to its
 #   inputs can change what the reference computes, and `ModelNew` cannot find the reference's
 #   result in memory the allocator hands back (it has not been computed yet).
+# ```
 #
 # ## What the rules let through, and the checks that stop it
 #
@@ -196,36 +214,45 @@ show_source("kernelbench/timing.py", "def time_trials",
 # | compute while checked, then replay the last answer in the timed calls | **pass** | new inputs before every timed call, each output checked |
 # | call PyTorch's own loss | **pass** | the static checks |
 #
-# The last check is the subtle one. CUDA events are recorded on the *current* stream, and they
-# time the work queued on it between them. Work launched on another stream, which the current
-# stream never waits for, runs outside the window: the events see a kernel that takes no time.
-# Each timed call therefore also reads the host's clock, from before the L2 flush to after a
-# device-wide `torch.cuda.synchronize()`, which waits for every stream. For an honest program
-# the wall time exceeds the event time by a constant, the flush and the launch and wake-up
-# latencies (the stream cheat's cell below prints it for eager PyTorch), the same for
-# `ModelNew` and for the eager reference. A
-# `ModelNew` whose excess is larger, by over 50 µs and over half the time its events saw, kept
-# the GPU busy after its end event:
+# The stream check is the subtle one. CUDA events time the work queued on the *current* stream
+# between them. Work launched on another stream, which the current stream never waits for, runs
+# outside the window: the events see a kernel that takes no time. Each timed call therefore also
+# reads the host's clock, from before the L2 flush to after a device-wide
+# `torch.cuda.synchronize()`, which waits for every stream. A `ModelNew` whose wall time exceeds
+# its event time by much more than an honest program's kept the GPU busy after its end event:
+#
+# ```{admonition} Going deeper: the threshold, and why not the profiler
+# :class: dropdown
+# For an honest program the wall time exceeds the event time by a constant: the flush and the
+# launch and wake-up latencies (the stream cheat's cell below prints it for eager PyTorch), the
+# same for `ModelNew` and for the eager reference. The check fails a `ModelNew` whose excess is
+# larger, by over 50 µs and over half the time its events saw.
+#
+# `torch.profiler` could list the streams every kernel ran on, but a second stream is not a
+# cheat by itself: a `ModelNew` may split its work over two streams and make the current one
+# wait for both before it returns. What matters is whether the work finished inside the timed
+# window. The two clocks compare exactly that, for kernels and copies alike, with nothing but
+# the timing loop we run anyway.
+# ```
 
 # %%
 show_source("kernelbench/checks.py", "def check_timed_stream", "    return None")
 
 # %% [markdown]
-# (`torch.profiler` could list the streams every kernel ran on, but a second stream is not a
-# cheat by itself: a `ModelNew` may split its work over two streams and make the current one
-# wait for both before it returns. What matters is whether the work finished inside the timed
-# window, and that is what the two clocks compare, for kernels and copies alike, with nothing
-# but the timing loop we run anyway.) One more guard is free: before every timed call the
-# inputs' version counters are bumped, as an in-place write would, so that a result cached on
-# the tensors and their version is recomputed rather than replayed.
+# One more guard is free: before every timed call the inputs' version counters are bumped, as
+# an in-place write would, so that a result cached on the tensors and their version is
+# recomputed rather than replayed.
 #
 # Every cheat but the stream and replay ones (both below) runs on the CPU, at a small size:
-# KernelBench's verdict, then ours with the checks that failed. The lists of failed checks can
-# differ from one run to the next: what an uninitialised output holds, and whether the
-# allocator hands a cached-by-address cheat the same addresses again, depend on the memory the
-# process was given, and the random half of the rows and the secret trials are drawn afresh
-# each time (so `pytest --nbval` does not compare this cell's output; the test suite asserts
-# each verdict).
+# KernelBench's verdict, then ours with the checks that failed.
+#
+# ```{admonition} Going deeper: why the failed checks vary between runs
+# :class: dropdown
+# What an uninitialised output holds, and whether the allocator hands a cached-by-address cheat
+# the same addresses again, depend on the memory the process was given. The random half of the
+# rows and the secret trials are drawn afresh each time. So `pytest --nbval` does not compare
+# this cell's output; the test suite asserts each verdict.
+# ```
 
 # %% tags=["nbval-ignore-output"]
 lines = ["| problem | cheat | KernelBench | ours | our checks that fail |",
@@ -268,32 +295,40 @@ print(side.verdict)
 # ## What the leaderboards learned
 #
 # KernelBench's trials draw every input from one i.i.d. distribution, and that is a weakness of
-# its own: on $2^{30}$ such values the mean of every other row and every fourth column is within
-# `1e-4` of the mean of all of them. A `ModelNew` that reads an eighth of the bytes passes
-# KernelBench's trials for problems 94, 96 and 100, and ours as they stood for 96 and 100 (for
-# 94 the trial beyond KernelBench's inputs catches it too, below). The public
-# leaderboards met the same tricks and more (GPU MODE's, whose known cheat sums part of the input
-# and rescales; result replay; library fallbacks), and their answers are the validator's four
-# last checks.
+# its own.
+#
+# **Predict first.** A `ModelNew` averages every other row and every fourth column of the inputs:
+# an eighth of the bytes, $2^{27}$ of the $2^{30}$ values. Does its result stay within
+# KernelBench's tolerance (`atol = rtol = 1e-4`) of the mean of all of them?
+#
+# The public leaderboards met the same trick and more (GPU MODE's, whose known cheat sums part of
+# the input and rescales; result replay; library fallbacks). Their answers are the validator's
+# last four checks.
 #
 # **Coverage trials.** Inputs on which every element matters: from a seed drawn afresh for each
-# evaluation, $K$ secret positions (256 in float32) carry the loss, each about $1/K$ of it. In
-# the first trial every other term is exactly 0 (predictions equal to the targets bit for bit,
-# hinge margins all met, cross-entropy targets far ahead of the rest of their row); in the
+# evaluation, $K$ secret positions (256 in float32) carry the loss, each about $1/K$ of it. A
+# program that skips a fraction $f$ of the input, regularly or at random, misses each position
+# with probability $f$. It passes a trial with probability $(1 - f)^K$: for every other row,
+# $2^{-256}$. The inputs, for problem 100:
+#
+# ```{admonition} Going deeper: the two coverage trials, and the tolerance
+# :class: dropdown
+# In the first trial every other term is exactly 0 (predictions equal to the targets bit for
+# bit, hinge margins all met, cross-entropy targets far ahead of the rest of their row). In the
 # second the positions hide among KernelBench's own draws, so that sampling a few values cannot
-# tell the trial from an ordinary one. A program that skips a fraction $f$ of the input, regularly
-# or at random, misses each position with probability $f$ and passes a trial with probability
-# $(1 - f)^K$: for every other row, $2^{-256}$. The comparison is relative, against the loss in
-# float64: missing one position moves the result by about $1/K$, 39 times the tolerance, while an
-# honest float32 kernel, adding $K$ large terms and exact zeros (or KernelBench's terms) in any
-# order, is off by a few units in the last place, far inside it. The inputs, for problem 100:
+# tell the trial from an ordinary one.
+#
+# The comparison is relative, against the loss in float64. Missing one position moves the result
+# by about $1/K$, 39 times the tolerance. An honest float32 kernel, adding $K$ large terms and
+# exact zeros (or KernelBench's terms) in any order, is off by a few units in the last place,
+# far inside it.
+# ```
 
 # %%
 show_source("kernelbench/problems.py", "def _hinge_coverage", "    return [pred, labels]")
 
 # %% [markdown]
-# The subsample at KernelBench's size, on the GPU (inputs drawn there, no timing): KernelBench's
-# rules accept it, the coverage trials do not.
+# The subsample at KernelBench's size, on the GPU (inputs drawn there, no timing):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 for pid in (94, 96, 100):
@@ -306,17 +341,26 @@ for pid in (94, 96, 100):
 print(sub.verdict)
 
 # %% [markdown]
-# **A random offset and scale.** One more trial, inputs $a + s \cdot$ `randn` with a random
-# offset $a$ and scale $s$, compared with the loss in float64 at KernelBench's tolerance: where
-# $p - t$ is small next to $p$, a program that reads the inputs at lower precision (the bfloat16
-# cheat above) or expands $(p - t)^2$ into sums of $p^2$, $pt$ and $t^2$ loses the answer.
+# ```{admonition} Answer
+# :class: dropdown
+# Yes: the KernelBench column above says PASS. The mean of $m$ i.i.d. values differs from the
+# distribution's mean by about $\sigma / \sqrt{m}$, and $1 / \sqrt{2^{27}}$ is below $10^{-4}$;
+# the terms of these losses have $\sigma$ below 1 on `torch.rand`'s inputs. So the subsample
+# passes KernelBench's trials for problems 94, 96 and 100. Ours fail it: the checks named in
+# parentheses, the coverage trials in each.
+# ```
 #
-# **New inputs for every timed call.** KernelBench times 100 calls on the same inputs, so a
-# `ModelNew` may compute while it is being checked and replay its last answer from then on:
-# the checks call it a fixed number of times before the timing, and a program can count. The
-# timer now writes new values into the inputs before every call and checks every output, outside
-# the timed window: the replayed answer is wrong for the new inputs. At a sixteenth of
-# KernelBench's size:
+# **A random offset and scale.** One more trial, inputs $a + s \cdot$ `randn` with a random
+# offset $a$ and scale $s$, compared with the loss in float64 at KernelBench's tolerance. Where
+# $p - t$ is small next to $p$, reading the inputs at lower precision (the bfloat16 cheat above)
+# loses the answer, and so does expanding $(p - t)^2$ into $p^2$, $pt$ and $t^2$.
+#
+# **New inputs for every timed call.** KernelBench times 100 calls on the same inputs. A
+# `ModelNew` may compute while it is checked and replay its last answer from then on: the checks
+# call it a fixed number of times before the timing, and a program can count. Our timer
+# writes new values into the inputs before every call and checks every output, outside the
+# timed window: the replayed answer is wrong for the new inputs. At a sixteenth of KernelBench's
+# size:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 replay = kernelbench.evaluate(sixteenth, kernelbench.cheats(94)["replays when timed"].model,
@@ -326,11 +370,16 @@ print(replay.verdict)
 # %% [markdown]
 # **Static checks.** Before anything runs, the `ModelNew`'s Python source is read for what an
 # honest kernel has no use for (`kernels/kernelbench/static.py`, after KernelBench's
-# `kernel_static_checker.py`): PyTorch's own losses and reductions applied to the inputs,
-# rounding them to half precision, catching exceptions to fall back, threads, assignments to a
-# module's attributes (a patched timer), imports that reach into the validator; a CUDA stream is
-# a warning, since the stream check decides. Allocating, viewing and calling one's own extension
-# are never flagged. Each finding names its line:
+# `kernel_static_checker.py`). Allocating, viewing and calling one's own extension are never
+# flagged. Each finding names its line:
+#
+# ```{admonition} Going deeper: what the static checks look for
+# :class: dropdown
+# PyTorch's own losses and reductions applied to the inputs, rounding them to half precision,
+# catching exceptions to fall back, threads, assignments to a module's attributes (a patched
+# timer), imports that reach into the validator. A CUDA stream is a warning, since the stream
+# check decides.
+# ```
 
 # %%
 suspicious = '''import time
@@ -356,10 +405,14 @@ for finding in kernelbench.check_source(suspicious):
 # **Isolation.** A `ModelNew` that crashes its process, hangs, or triggers a device-side assert
 # (after which every CUDA call of the process fails) must give a FAIL with a reason, not a dead
 # notebook. `kernelbench.evaluate_isolated` runs the same evaluation in a child process with a
-# time limit; the child reads its job, with a nonce, before it loads the program, and the parent
-# reads only the line that starts with the nonce, so nothing the program prints passes for a
-# verdict. Two programs that would take this notebook down with them, at the small size on the
-# CPU:
+# time limit. Two programs that would take this notebook down with them, at the small size on
+# the CPU:
+#
+# ```{admonition} Going deeper: why a program's output cannot pass for a verdict
+# :class: dropdown
+# The child reads its job, with a nonce, before it loads the program, and the parent reads only
+# the line that starts with the nonce. Nothing the program prints passes for a verdict.
+# ```
 
 # %% tags=["nbval-ignore-output"]
 for spec, limit in (("kernels.kernelbench.cheats:Crash", 300),
@@ -371,19 +424,19 @@ for spec, limit in (("kernels.kernelbench.cheats:Crash", 300),
 # ## The course's entries
 #
 # Each entry is a few lines around a chapter's final kernel: chapter 6's fused operators for
-# MSE, Huber (Smooth L1 with $\beta = 1$ is the Huber loss with $\delta = 1$, and
-# `F.smooth_l1_loss`'s default $\beta$ is 1) and Hinge, and chapter 5's fused cross-entropy,
-# which takes the int64 class indices as they come. The Hinge entry passes KernelBench's (N,)
-# targets to the kernel's own broadcast, which is PyTorch's; any other broadcast it expands first
-# (one more pass, never a wrong answer):
+# MSE, Huber (Smooth L1 with $\beta = 1$) and Hinge, and chapter 5's fused cross-entropy, which
+# takes the int64 class indices as they come. The Hinge entry passes KernelBench's (N,) targets
+# to the kernel's own broadcast, which is PyTorch's:
 
 # %%
 show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 
 # %% [markdown]
-# **What to expect.** Every one of these problems is memory-bound: the time is the bytes moved
-# divided by the {term}`bandwidth`. Our kernels read each input once. Eager PyTorch runs one kernel per
-# operation of the expression, each reading and writing a 4 GiB intermediate:
+# **Predict first.** Every one of these problems is memory-bound: the time is the bytes moved
+# divided by the {term}`bandwidth`. Our kernels read each input once. Eager PyTorch runs one kernel
+# per operation of the expression, each reading and writing a 4 GiB intermediate. What speed-up
+# over eager do you expect for each problem, and over `torch.compile`, which fuses each expression
+# into one pass like ours? The table works out the first:
 #
 # | problem | eager PyTorch's passes over memory | GB moved | ours | expected vs eager |
 # | --- | --- | ---: | ---: | ---: |
@@ -392,17 +445,19 @@ show_source("kernelbench/entries.py", "class CourseEntry", "COURSE_ENTRIES = ")
 # | 100 Hinge | `p * t` (1, 1), `1 - x` (1, 1), `clamp` (1, 1), `mean` (1) | 30.1 | 4.3 | 7x |
 # | 95 cross-entropy | `log_softmax` (1, 1), then `nll_loss` reads one value per row | 1.07 | 0.54 | 2x |
 #
-# (in units of one input of 4.3 GB, 0.54 GB for the logits). `torch.compile` fuses each expression
-# into one pass, like ours: there we expect about 1x for the element-wise losses, and no more
-# (cross-entropy, below, is the exception). Being as fast as the compiler is the best a
-# memory-bound kernel can do once the compiler reads its inputs once.
+# (in units of one input of 4.3 GB, 0.54 GB for the logits). Against `torch.compile` we expect
+# about 1x for the element-wise losses, and no more. Being as fast as the compiler is the best a
+# memory-bound kernel can do once the compiler reads its inputs once. The run: KernelBench's exact
+# inputs, 5 trials, every check, 100 timed calls of each program, each entry in a process of its
+# own.
 #
-# The run: KernelBench's exact inputs, drawn on the CPU (several seconds per $2^{30}$ values;
-# several draws at once, in threads, where the host's memory holds them:
-# `kernelbench.ExactDraws`), 5 trials, every check, 100 timed calls of each program, each entry in
-# a process of its own. Where the GPU's free memory cannot hold an evaluation at KernelBench's
-# size (a Colab T4, say), the problem runs at half its size in each dimension, or less, and the
-# output says so.
+# ```{admonition} Going deeper: drawing the exact inputs, and smaller GPUs
+# :class: dropdown
+# KernelBench's inputs are drawn on the CPU, several seconds per $2^{30}$ values; several draws
+# run at once, in threads, where the host's memory holds them (`kernelbench.ExactDraws`). Where
+# the GPU's free memory cannot hold an evaluation at KernelBench's size (a Colab T4, say), the
+# problem runs at half its size in each dimension, or less, and the output says so.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from kernels import bench
@@ -428,11 +483,17 @@ Markdown(f"On {rows[0]['gpu']}:\n\n" + kernelbench.table(rows))
 
 # %% [markdown]
 # KernelBench's number is the mean of calls that each start on an idle GPU: the device is
-# synchronised before every call, so whatever the host does to launch a program, Python and
-# PyTorch's dispatch, and for `torch.compile` its guards and wrapper, is inside the timed window
-# whenever it outlasts the L2 flush queued ahead of it. The same programs timed with the host
-# queued ahead (`bench.queued_ms`: a sleep kernel holds the GPU while the host launches twenty
-# calls) measure the GPU's work alone. Both, from the same run:
+# synchronised before every call. So whatever the host does to launch a program is inside the
+# timed window whenever it outlasts the L2 flush queued ahead of it. The same programs timed
+# with the host queued ahead (`bench.queued_ms`) measure the GPU's work alone. Both, from the
+# same run:
+#
+# ```{admonition} Going deeper: what the host does, and how the GPU is timed alone
+# :class: dropdown
+# The host's work is Python and PyTorch's dispatch, and for `torch.compile` its guards and
+# wrapper. `bench.queued_ms` has a sleep kernel hold the GPU while the host launches twenty
+# calls, so that the GPU never waits for the host.
+# ```
 
 # %% tags=["nbval-ignore-output"]
 lines = ["| problem | program | KernelBench's rule, ms | GPU only, ms |",
@@ -467,36 +528,38 @@ for r in course:
           f"{alone:.2f}x on the GPU alone ({standing(alone)})")
 
 # %% [markdown]
-# Against eager, each loss lands near what its bytes say, or above it for cross-entropy: eager's
-# `log_softmax` writes and reads its gigabyte, ours reads the logits once. Hinge's speed-up is
-# the largest, the only one anywhere close to the 10x at which KernelBench asks a human to
-# look: an honest speed-up over eager can be large when eager is wasteful, which is why
-# KernelBench also reports the speed-up over `torch.compile`.
+# ```{admonition} Answer
+# :class: dropdown
+# Against eager, each loss lands near what its bytes say (the "bytes say" figure on each line),
+# or above it for cross-entropy: eager's `log_softmax` writes and reads its gigabyte, ours reads
+# the logits once. Hinge's speed-up is the largest, the only one anywhere close to the 10x at
+# which KernelBench asks a human to look. An honest speed-up over eager can be large when eager
+# is wasteful, which is why KernelBench also reports the speed-up over `torch.compile`.
 #
-# Against `torch.compile` the two timings can tell different stories (in this run they do for
-# all three element-wise losses), and the second line of each problem says which (level means
-# within 3%).
-# Cross-entropy is ahead in both: `torch.compile`'s kernel for rows of 4096 logits takes longer
-# than ours, which keeps a row in registers and reads it once. Under KernelBench's rule every
-# call starts on an idle GPU, so the host's work to launch a program counts wherever it
-# outlasts the L2 flush queued ahead of it; the course's operators pass through PyTorch's
+# Against `torch.compile`, cross-entropy is the exception: it is ahead in both timings, because
+# `torch.compile`'s kernel for rows of 4096 logits takes longer than ours, which keeps a row in
+# registers and reads it once. For the element-wise losses, on the GPU alone the course's three
+# kernels and the compiler's are level (the second line of each problem; level means within
+# 3%): each reads its inputs once.
+# ```
+#
+# Under KernelBench's rule the element-wise standings can differ from the GPU-alone ones. The
+# difference between the table's two columns, the host's time to launch a program beyond the L2
+# flush, counts as well. It is smallest for eager. The course's operators pass through PyTorch's
 # dispatcher and their autograd registration in Python before their kernel launches, the
-# compiled programs through their guards. That is why the rule's column is the longer one for
-# the programs of the table above.
-#
-# For the element-wise losses, on the GPU alone the course's three kernels and the compiler's
-# are level: each reads its inputs once, at the rate chapters 4 and 6 measure. Under
-# KernelBench's rule the difference between the table's two columns counts as well: the host's
-# time to launch a program beyond the L2 flush queued ahead of it. It is smallest for eager;
-# for the course's operators and the compiled programs it ranges in this run from about a
-# twentieth to about a quarter of a millisecond, and it moves from run to run by about as much
-# as the programs differ, so the rule's standings of these three problems (the lines above)
-# change between runs: in this run MSE is ahead and Huber and Hinge are behind; in earlier runs
-# (`bench/PERFLOG.md`) MSE was level or behind, and Huber level.
-# Timed on the host with the GPU kept busy, one call of a course operator takes about as long
-# as the flush itself, most of it in the op's own call: dispatch, allocations, two launches
-# (`bench/PERFLOG.md` has the profile). Where the margin is a few percent, either way, the
+# compiled programs through their guards. Where the margin is a few percent, either way, the
 # honest reading is a tie between two kernels that each read their inputs once, not a winner.
+#
+# ```{admonition} Going deeper: why the rule's standings move between runs
+# :class: dropdown
+# The host's share ranges, for the course's operators and the compiled programs, from about a
+# twentieth to about a quarter of a millisecond (the two columns of the table above). It moves
+# from one run to the next by about as much as the programs differ, so the rule's standings of
+# the three element-wise problems change between runs: other runs of the same cell have put MSE
+# level or behind, and Huber level (`bench/PERFLOG.md` keeps them). Timed on the host with the GPU
+# kept busy, one call of a course operator takes about as long as the L2 flush itself, most of it
+# in the op's own call: dispatch, allocations, two launches (`bench/PERFLOG.md` has the profile).
+# ```
 #
 # KernelBench's headline metric is $\text{fast}_p$: the fraction of problems whose `ModelNew`
 # is correct and more than $p$ times faster than the baseline. For these four entries:
@@ -512,15 +575,15 @@ for baseline in ("eager", "torch.compile"):
 #
 # - KernelBench's rules are five correctness trials at `atol = rtol = 1e-4` and a mean of 100
 #   CUDA-event timings per program, cold L2, against eager and compiled PyTorch.
-# - They cannot see work on another stream, changed inputs after a right answer, a kernel that
-#   is only right on `torch.rand`'s inputs, a subsample, a downcast, or a replayed result. The
-#   checks of `kernels/kernelbench/` do: wall clock against events, copies of the inputs, a
-#   trial outside the distribution, new values in the same tensors, outputs that must move when
-#   the reference does, coverage trials whose loss sits at secret positions, a random offset and
-#   scale against float64, new inputs before every timed call, and the source read for library
-#   calls; the program runs in a process of its own.
-# - The course's kernels pass all four problems and every check; the tables above give their
-#   times against eager and compiled PyTorch, under KernelBench's rule and on the GPU alone.
+# - They cannot see work on another stream, changed inputs after a right answer, a kernel only
+#   right on `torch.rand`'s inputs, a subsample, a downcast, or a replayed result.
+# - The checks of `kernels/kernelbench/` catch each: wall clock against events, copies of the
+#   inputs, trials outside the distribution and at secret positions, new inputs for every timed
+#   call. The source is read for library calls; the program runs in a process of its own.
+# - The course's kernels pass all four problems and every check. The table of the course's
+#   entries above is the chapter's result; the one after it adds the GPU-alone times.
+# - Against eager the speed-ups follow the bytes; against `torch.compile`, which also reads each
+#   input once, only cross-entropy is clearly ahead.
 #
 # ## Exercises
 #
