@@ -584,7 +584,17 @@ for baseline in ("eager", "torch.compile"):
 #   entries above is the chapter's result; the one after it adds the GPU-alone times.
 # - Against eager the speed-ups follow the bytes; against `torch.compile`, which also reads each
 #   input once, only cross-entropy is clearly ahead.
-#
+
+# %% tags=["nbval-ignore-output"]
+summary = results.read_table("kernelbench")
+lines = ["| problem | every check | vs eager | vs torch.compile | GB/s |",
+         "| --- | --- | ---: | ---: | ---: |"]
+for r in summary:
+    lines.append(f"| {r['name']} | {r['verdict']} | {r['speedup_eager']:.2f}x "
+                 f"| {r['speedup_compile']:.2f}x | {r['gbps']:.0f} |")
+Markdown(f"On {summary[0]['gpu']}:\n\n" + "\n".join(lines))
+
+# %% [markdown]
 # ## Exercises
 #
 # Solutions are in {doc}`../solutions/ch9_solutions`.

@@ -103,6 +103,12 @@ WRAPPED_CODE_JS = """() => {
   return wrapped;
 }"""
 
+# A version shown as its change (show_diff): every removed and added line has a background of
+# its own, so the change reads at a glance (the theme colours only removed text, in blue).
+UNMARKED_DIFF_LINES_JS = """() => [...document.querySelectorAll('.highlight-diff .gd, .highlight-diff .gi')]
+  .filter(el => ['rgba(0, 0, 0, 0)', 'transparent'].includes(getComputedStyle(el).backgroundColor))
+  .map(el => el.textContent.slice(0, 60))"""
+
 # Fresh profile, nothing phones home: the book must work offline.
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -189,7 +195,7 @@ def visit(browser, base, rel):
         # jupyter-book's index.html only redirects: check where it lands, nothing else.
         page.wait_for_url(urljoin(f"{base}/{rel}", refresh.group(1)))
         report.update(math=0, math_errors=0, images=[], links=[], clipped=[], figures=[],
-                      scrolling_outputs=[], wrapped_code=[])
+                      scrolling_outputs=[], wrapped_code=[], diff_lines=0, unmarked_diff=[])
         page.close()
         return report
     if page.locator("script[src*='mathjax']").count():
@@ -203,6 +209,8 @@ def visit(browser, base, rel):
     report["links"] = page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
     report["clipped"] = page.evaluate(CLIPPED_JS)
     report["scrolling_outputs"] = page.evaluate(SCROLLING_OUTPUTS_JS)
+    report["diff_lines"] = page.locator(".highlight-diff .gd, .highlight-diff .gi").count()
+    report["unmarked_diff"] = page.evaluate(UNMARKED_DIFF_LINES_JS)
     # Figures of cell outputs: the PNG's own width and the width it is shown at.
     report["figures"] = page.eval_on_selector_all(
         "div.cell_output img", "els => els.map(e => [e.getAttribute('src'), e.naturalWidth, "
@@ -272,6 +280,15 @@ def test_code_never_wraps(pages):
     count = sum(len(r["wrapped_code"]) for r in reports.values())
     bad = {rel: r["wrapped_code"] for rel, r in reports.items() if r["wrapped_code"]}
     assert not bad, f"{count} code blocks wrap at {VIEWPORT['width']} px: {bad}"
+
+
+def test_diff_listings_mark_each_changed_line(pages):
+    """The chapters show versions as diffs (kernels.course.notebook.show_diff), and each
+    removed or added line is shaded."""
+    reports, _ = pages
+    assert reports["chapters/03_block_reduction.html"]["diff_lines"] > 0
+    bad = {rel: r["unmarked_diff"][:3] for rel, r in reports.items() if r["unmarked_diff"]}
+    assert not bad, f"diff lines without their shade: {bad}"
 
 
 def test_figures_are_shown_at_their_drawn_size(pages):

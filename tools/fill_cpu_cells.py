@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def emptied(cell) -> bool:
-    return cell.cell_type == "code" and cell.get("execution_count") is None and not cell.outputs
+    # The setup cell (tagged remove-cell) is stored without outputs on purpose: not emptied.
+    return (cell.cell_type == "code" and cell.get("execution_count") is None and not cell.outputs
+            and "remove-cell" not in cell.metadata.get("tags", []))
 
 
 def fill(path: Path, timeout: int = 600) -> list[int]:
