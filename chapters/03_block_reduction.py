@@ -54,14 +54,14 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # memory, then one fix per version. Each {term}`kernel` file's header says what it fixes and what is
 # still slow; the table at the end says how much each step was worth on our GPU. The ladder:
 #
-# | version | the one change | what it buys (measured below) |
+# | version | the one change | what it changes |
 # |---|---|---|
 # | 1 | a tree in shared memory | the starting point |
-# | 2 | working threads packed into the first warps | slower on this GPU: bank conflicts |
-# | 3 | sequential addressing | wins back version 2's loss, and little more |
-# | 4 | two loads per thread, the first add during the load | the first large gain |
-# | 5 | the last warp with shuffles | a smaller gain |
-# | 6 | 16-byte loads and a grid sized to the GPU | close to the read bandwidth |
+# | 2 | working threads packed into the first warps | fewer warps run each round |
+# | 3 | sequential addressing | a warp's words fall in different banks |
+# | 4 | two loads per thread, the first add during the load | half as many blocks |
+# | 5 | the last warp with shuffles | no barriers in the last rounds |
+# | 6 | 16-byte loads and a grid sized to the GPU | more bytes in flight, fewer blocks |
 #
 # Then the same skeleton computes every element-wise loss of the course: a new loss is a functor
 # of a few lines.
@@ -100,6 +100,11 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # $2s$ values. A `__syncthreads()` between rounds makes each round see the previous one's
 # results. {term}`Threads <thread>` past the end of the input load 0: every thread must reach every barrier.
 #
+# The figures count *wavefronts*. Shared memory is split into 32 banks of 4-byte words. The
+# threads of a warp that touch different words of one bank wait for each other (a
+# {term}`bank conflict`): the access is served in as many wavefronts as the most crowded bank
+# has words.
+#
 # ```{figure} ../book/images/ch3_tree_v1.svg
 # :alt: Version 1's tree drawn for 16 values: in round s only threads whose id is a multiple of 2s add, leaving the others idle inside every warp. A table for the kernel's 256 threads gives per round the working threads, the warps that run (8 until s = 16) and one wavefront per access; a bank map shows warp 0's words at s = 1, one per bank.
 # :width: 100%
@@ -118,6 +123,10 @@ v1
 check(v1.mse, "mse")
 
 # %% [markdown]
+# The file has chapter 2's shape: `ReductionArgs`, the launcher and its `cudaStream_t` are in
+# chapter 2's fold on the binding; `__launch_bounds__(kThreads)` tells the compiler the block's
+# size, so that it can budget registers.
+#
 # Is `tid % (2 * s)` expensive? The GPU has no integer divide instruction: a `%` by a number
 # known only at run time becomes a dozen instructions starting with a conversion to float
 # (`I2F.U32.RP`). But the loop has a fixed trip count, so the compiler unrolls it, and in each
@@ -170,9 +179,7 @@ check(v2.mse, "mse")
 # %% [markdown]
 # ## Version 3: sequential addressing
 #
-# Shared memory is split into 32 banks of 4-byte words. The threads of a warp that touch
-# different words of one bank wait for each other: the access is served in as many
-# *wavefronts* as the most crowded bank has words. In round $s$ of version 2, thread `tid`
+# In round $s$ of version 2, thread `tid`
 # touches word `2 * s * tid`, so the warp's addresses are $2s$ words apart and $2s$ of them
 # share a bank, as long as 32 threads are still working. Counting it for the 256 threads of a
 # block:
@@ -205,9 +212,6 @@ for s, working, warps, ways in strided_rounds():
 #
 # Version 3's tree: sequential addressing. The working threads are the first ones and their words are consecutive, one per bank.
 # ```
-#
-# Nsight Compute counts the wavefronts and the conflicts of both versions on $2^{24}$ elements
-# (65536 blocks):
 
 # %%
 show_diff("ch3_block_reduction/v2_interleaved_strided.cu",
@@ -223,6 +227,11 @@ v3
 
 # %% tags=["gpu"]
 check(v3.mse, "mse")
+
+# %% [markdown]
+# Nsight Compute counts the wavefronts and the conflicts of both versions on $2^{24}$ elements
+# (65536 blocks). Its requests are the load instructions the warps issue, also by warps whose
+# threads all sit the round out; what costs is the wavefronts:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 TWO_TREES = '''
@@ -245,6 +254,19 @@ if banks:
               f"load wavefronts and "
               f"{banks.value('shared bank conflicts (loads)', column) / blocks:.1f} "
               f"load conflicts per block")
+
+# %%
+# strided_rounds' count per block: two loads per working warp per round, each served in the
+# round's wavefronts, and thread 0's read of the sum. Version 3 has as many working warps per
+# round, and one wavefront per load.
+v2_count = sum(2 * warps * ways for _, _, warps, ways in strided_rounds()) + 1
+v3_count = sum(2 * warps for _, _, warps, _ in strided_rounds()) + 1
+print(f"counted load wavefronts per block: v2 {v2_count}, v3 {v3_count}")
+
+# %% [markdown]
+# The count matches version 3's measurement and is within a tenth of version 2's (the two
+# outputs above). Version 3's half conflict per block is negligible: the banks are no longer
+# the problem.
 
 # %% [markdown]
 # ## Version 4: the first add during the load
@@ -272,7 +294,8 @@ check(v4.mse, "mse")
 #
 # The last rounds run inside one warp but still pay a block-wide barrier each. Warp shuffles
 # finish them in registers. (Harris's original unrolled them over `volatile` shared memory
-# without barriers; since Volta's independent thread scheduling that is a race.)
+# without barriers; since Volta (2017) the threads of a warp are not guaranteed to move in
+# step, so that is a race.)
 
 # %%
 show_diff("ch3_block_reduction/v4_first_add_during_load.cu",
@@ -295,24 +318,45 @@ check(v5.mse, "mse")
 # The tree is no longer the problem; memory is. To reach the {term}`bandwidth` a GPU needs many
 # bytes in flight. Each thread now issues several 16-byte loads (`float4`) before it uses any.
 # The grid is just the blocks that fit on the GPU at once, each thread walking the input with a
-# grid-stride loop, so that the tree and the atomic happen once per resident block instead of
-# once per 512 elements. Unaligned views and odd sizes are handled at the edges.
+# grid-stride loop. And the kernel is a template over the *loss*: the per-element work is a
+# functor, `Loss`. The main loop:
+
+# %%
+show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu",
+            start="const float4* pred = reinterpret_cast", end="loss(p[u].w")
+
+# %% [markdown]
+# `reinterpret_cast<const float4*>` reads the float arrays as 16-byte vectors. Each iteration
+# loads `kUnroll` vectors of each input, a grid's stride apart, before adding any: `__ldcs`
+# loads without keeping the data in cache (it is read once), `__ldg` through the read-only
+# cache (a broadcast target is read again). `WrappedIndex` keeps a broadcast target's index
+# modulo its length by adding and comparing, not dividing; `loss(p, t)` calls the functor.
+#
+# The block's sum is no longer a tree in shared memory: each warp adds its 32 values with
+# shuffles (`__shfl_xor_sync`, chapter 2), writes one sum to `warp_sums`, and the first warp
+# adds those:
+
+# %%
+show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu",
+            start="float block_sum", end="return v;")
+
+# %% [markdown]
+# The grid has at most `resident_blocks(kernel, kThreads)` blocks, the CUDA runtime's count of
+# blocks that fit on an SM at once times the SMs, so this sum and the atomic happen once per
+# resident block instead of once per 512 elements.
 #
 # ```{figure} ../book/images/ch3_grid_stride.svg
 # :alt: A grid of four resident blocks of 256 threads walks memory in rows: each row is one pass of the whole grid, one float4 per thread of each block; four rows, four loads in flight per thread, make one loop iteration, and the next iteration starts four strides further.
 # :width: 100%
 #
-# Version 6's grid-stride loop, drawn for a grid of 4 blocks: each thread keeps `kUnroll` 16-byte loads in flight, a grid's stride apart, and the whole grid moves on together.
+# Version 6's grid-stride loop, drawn for a grid of 4 blocks and `kUnroll` = 4: an iteration asks for `kUnroll` 16-byte loads per thread, a grid's stride apart, and the whole grid moves on together. How many the compiler keeps in flight, the machine code below shows.
 # ```
-#
-# Version 6 is also a template over the *loss*: the per-element work is a functor. It changes
-# the loop, the loads and the launch, and adds the template, so a diff against version 5 would
-# be longer than the file: it is shown whole.
 #
 # **Predict first.** The loop is written with `kUnroll = 4` float4 loads per input per
 # iteration, but the compiler decides what is issued together. How many bytes per thread do you
 # expect in flight? The cell after the check prints the machine code of the main loop, from its
-# first 16-byte load.
+# first 16-byte load. The whole file, with the edges (unaligned views, odd sizes) and the
+# launcher, is in the fold:
 
 # %%
 show_source("ch3_block_reduction/v6_vectorized_grid_stride.cu")
@@ -332,14 +376,16 @@ print(profile.excerpt(loop, r"LDG\.E(\.\w+)*\.128", 12))
 # ```{admonition} Answer
 # :class: dropdown
 #
-# Four 16-byte loads (`LDG.E...128`), two per input, before the arithmetic on the first two:
-# 64 bytes per thread in flight, not the `kUnroll` x 2 x 16 = 128 the source suggests. The
-# compiler reuses the registers of one unrolled iteration for the next, and picks the depth;
-# the unrolling only gives it room.
+# Four 16-byte loads (`LDG.E...128`; `.EF`, evict first, is `__ldcs`'s hint), two per input,
+# before the arithmetic on the first two: 64 bytes per thread in flight, not the `kUnroll` x 2
+# x 16 = 128 the source suggests. The compiler reuses the registers of one unrolled iteration
+# for the next, and picks the depth; the unrolling only gives it room. 64 bytes is five times
+# the primer's estimate of about 12 bytes per thread that an H100 needs at full occupancy.
 # ```
 #
 # The check also covers unaligned views (`x[1:]` starts 4 bytes past a 16-byte boundary), which
-# version 6 handles by peeling its first elements:
+# version 6 handles by doing its first 1 to 3 elements one at a time ("peeling" them) until the
+# pointer is 16-byte aligned:
 
 # %% tags=["gpu"]
 pred, target = torch.randn(100_003, device="cuda"), torch.randn(100_003, device="cuda")
@@ -352,6 +398,13 @@ for offset in range(4):
 # ## One skeleton, every element-wise loss
 #
 # The functors live in one header. Adding a loss to every kernel from here on is these few lines:
+
+# %%
+show_source("common/losses.cuh", start="struct MseLoss", end="};")
+
+# %% [markdown]
+# `operator()` is the loss of one element; `grad`, its derivative, serves the backward pass
+# (chapter 6). The whole header, with Smooth L1 and Hinge:
 
 # %%
 show_source("common/losses.cuh")
@@ -450,11 +503,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v6"], "smooth_
          + results.markdown_table(rows, ["eager", "torch.compile", "v6"], "hinge"))
 
 # %% [markdown]
-# For Smooth L1, `torch.compile` is ahead of version 6 at every size up to $2^{22}$ elements,
-# where version 6's three launches per call weigh most. From $2^{24}$ elements up the two are
-# level, version 6 just behind at every size (the first table). For Hinge, `torch.compile` is
-# ahead at every size, by little from $2^{24}$ elements up, and version 6 is just behind it at
-# $2^{30}$ (the second table).
+# For both losses `torch.compile` leads at the small sizes, where version 6's three launches per
+# call weigh most, and version 6 is just behind it from $2^{24}$ elements up (the two tables).
 #
 # ## Summary
 #
@@ -503,7 +553,8 @@ Markdown(results.speedup_table(rows, VERSIONS, "mse", largest, baseline="v1", ch
 # check adds NaN and infinite inputs to the usual cases: PyTorch's loss of a NaN is NaN, and
 # yours must be too. Then the speed. **Target**: 95% of version 6's speed on Smooth L1 at
 # $2^{28}$ elements, timed side by side on your GPU. On an H100 the right functor in the
-# skeleton's scalar loop misses it, so this part changes the loop too: give it version 6's loads.
+# skeleton's scalar loop misses it, so this part changes the loop too: give it version 6's loads
+# (the main loop shown in version 6's section).
 # ```
 #
 # ```{admonition} Hint
@@ -559,8 +610,9 @@ ch.exercise("exercises/ch3_broken_reduction.cu", lambda kernel: check(kernel.mse
 # other classic cure keeps the order and moves the data: `kernels/exercises/ch3_padded_tree.cu`
 # is version 2 without its tree, and with a function `padded(w)` that says where word `w` of
 # the tree is stored. Write version 2's rounds through `padded`, then make it leave one unused
-# word after every 32, and give the array the room that takes. Before you run it, use
-# `strided_rounds` above to predict the wavefronts per access with the padding. **Target**:
+# word after every 32, and give the array the room that takes. Before you run it, predict the
+# wavefronts per access with the padding: in `strided_rounds` above, pass each word `w` through
+# `padded(w)` before `w % banks`. **Target**:
 # 1.1 times as fast as version 2 at $2^{24}$ elements.
 # ```
 #

@@ -84,8 +84,14 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # ## Version 1: one partial per block
 #
 # Pass 1 is chapter 3's version 6, except that each block writes its sum to its own slot of the
-# workspace. Pass 2 is one block of 1024 {term}`threads <thread>`: thread $k$ adds partials $k, k + 1024, \dots$
-# in float64, then a fixed tree adds the threads' sums. No atomics, no memset, no divide kernel.
+# *workspace*, scratch memory the binding passes every launcher. Pass 2 is one block of 1024
+# {term}`threads <thread>`: thread $k$ adds partials $k, k + 1024, \dots$ in float64, then a fixed
+# tree adds the threads' sums. No atomics, no memset, no divide kernel. The end of pass 1, and
+# pass 2:
+
+# %%
+show_source("ch4_two_pass/v1_block_partials.cu", start="const float sum = block_sum",
+            end="*out = static_cast<float>")
 
 # %%
 show_source("ch4_two_pass/v1_block_partials.cu")
@@ -129,8 +135,10 @@ finally:
 # Version 1 gives the same bits on every run, on *this* GPU. Its {term}`grid` is the number of blocks
 # that fit on the GPU at once, so the elements each thread adds, and therefore the roundings,
 # depend on the {term}`SM` count. A T4, an A100 and an H100 can give different last bits for the same
-# input. Version 2 cuts the input into tiles of 8192 consecutive elements; a {term}`warp` sums a whole
-# tile in a fixed order into one partial, and the grid only decides which warp takes which tile.
+# input. Version 2 cuts the input into tiles of consecutive elements whose size depends on $n$
+# alone (`tile_size`): 512 elements, doubled until there are at most 8192 tiles, up to 8192
+# elements a tile. A {term}`warp` sums a whole tile in a fixed order into one partial; the grid
+# only decides which warp takes which tile. The figure draws a small input.
 #
 # ```{figure} ../book/images/ch4_fixed_order.svg
 # :alt: Twelve tiles of 512 elements, assigned to warps by two different grids: with one block of 8 warps, warps 0 to 3 take two tiles each; with two blocks, each tile has its own warp. Both give the same twelve partials p0 to p11, which pass 2 adds in the same order in float64.
@@ -138,6 +146,13 @@ finally:
 #
 # Why version 2's result does not depend on the grid: the tiles (their size a function of n, `tile_size` in the kernel) and their partials are the same for any launch; only the warp that computes each one changes.
 # ```
+#
+# The tile loop: warp $w$ of the grid takes tiles $w$, $w$ + the grid's warps, and so on, and its
+# 32 lanes add each tile into one partial:
+
+# %%
+show_source("ch4_two_pass/v2_deterministic_tiles.cu", start="tile_partials(ReductionArgs a",
+            end="if (lane == 0) partials[tile]")
 
 # %%
 show_source("ch4_two_pass/v2_deterministic_tiles.cu")
@@ -154,9 +169,7 @@ check(v2.hinge, "hinge")
 # %% [markdown]
 # We cannot change this GPU's SM count, but we can redo both summation orders in PyTorch on the
 # CPU, in float32 like the kernels, for the grids three GPUs would launch (8 blocks of 256
-# threads per SM). Version 1's order: thread $k$ of the grid adds elements $k, k + T, \dots$, then
-# each block adds its threads, then the block partials are added in float64. Version 2's order
-# has no grid in it: one float32 partial per tile of 8192 elements, then the partials in float64.
+# threads per SM): `v1_order` and `v2_order` below.
 #
 # **Predict.** The partials differ between grids in their last bits, but the mean is rounded to
 # float32 at the end. For how many of 200 random inputs will version 1's float32 mean differ
@@ -235,22 +248,29 @@ print(f"chapter 3 v6 (atomics): {distinct_results(ch3.mse)} distinct result(s) i
 # ## Version 3: one launch, the last block finishes
 #
 # Two launches cost two launch latencies, which dominate at small sizes. Version 3 keeps
-# version 2's tiles and lets the *last* block to finish do pass 2. Every block counts itself done
-# on an atomic counter, and the one that sees the count reach the grid size knows all partials
-# are written. It adds them in the same fixed order, so which block happens to be last changes
-# nothing. In the file below, version 2's pass-2 kernel becomes `last_block_mean`, called at the
-# end of pass 1 by the block whose `atomicInc` returns the last count, and the launcher starts
-# one kernel instead of two.
+# version 2's tiles and lets the *last* block to finish do pass 2 (`last_block_mean`, version
+# 2's pass-2 kernel as a function). The end of its kernel:
+
+# %%
+show_source("ch4_two_pass/v3_last_block_finishes.cu", start="// Needed even with one block",
+            end="last_block_mean(partials, tiles")
+
+# %% [markdown]
+# `__threadfence()` makes a block's partials visible to every SM before its count; thread 0 then
+# counts the block done with `atomicInc`. The block that reads `gridDim.x - 1` knows all
+# partials are written, fences again so that it reads them after the counts, and adds them in
+# the same fixed order: which block is last changes nothing. `atomicInc` wraps the counter to 0
+# on that last count, ready for the next launch. The timed entry points (`mse`, `smooth_l1`,
+# `hinge`) keep the counter in the workspace and also zero it with a `cudaMemsetAsync`;
+# `mse_global_counter` keeps it in a `__device__` global and relies on the wrap alone.
 #
-# ```{admonition} Going deeper: resetting the counter, and plain loads
+# ```{admonition} Going deeper: the memset, and plain loads
 # :class: dropdown
-# The counter must be 0 at every launch; the header explains the two ways the file offers
-# (`mse`, with the counter in the workspace, and `mse_global_counter`). The entry points timed
-# below, `mse`, `smooth_l1` and `hinge`, zero their counter with a `cudaMemsetAsync` before any
-# launch of more than one block: one kernel launch instead of two, but still two operations on
-# the {term}`stream`. The file also makes a second, smaller change: from $2^{27}$ elements on,
-# version 3 reads with plain loads instead of streaming ones (`kPlainLoadsFrom`), which measured
-# faster there.
+# The memset makes the workspace counter safe whatever ran before: one kernel launch instead of
+# two, but still two operations on the {term}`stream`. The global counter needs no memset, but
+# two launches in flight on two streams would count into the same counter (the header). The
+# file also makes a second, smaller change: from $2^{27}$ elements on, version 3 reads with
+# plain loads instead of streaming ones (`kPlainLoadsFrom`), which measured faster there.
 # ```
 
 # %%
@@ -271,9 +291,8 @@ for name, op in [("v3", v3.mse), ("v3 global counter", v3.mse_global_counter)]:
     print(f"{name}: {distinct_results(op)} distinct result(s) in 100 runs")
 
 # %% [markdown]
-# Versions 2 and 3 read an environment variable, `LOSS_KERNELS_BLOCKS`, that caps their grid: a
-# test knob. It is read once per process, so each grid runs in a fresh Python process. The
-# result must not change whatever the grid, down to a single block:
+# Versions 2 and 3 cap their grid at `LOSS_KERNELS_BLOCKS` blocks, a test knob read once per
+# process, so each grid runs in a fresh process. The result must not change, down to one block:
 
 # %% tags=["gpu"]
 GRID_SCRIPT = """
@@ -336,6 +355,9 @@ for flags in ((), ("--use_fast_math",)):
           f"add/sub instructions, {text.count('.ftz')} with .ftz (flush denormals)")
 
 # %% [markdown]
+# The two lines hold the same count of float32 additions: the flag marks some `.ftz` and removes
+# none, so Kahan's correction survives fast math.
+#
 # ## How accurate is a float32 sum of $2^{30}$ values?
 #
 # Adding $n$ numbers one after another into one float, each addition rounds to the precision of the running sum. The error can grow like $n \varepsilon$ ($\varepsilon = 2^{-24}$ for float32),
@@ -354,7 +376,7 @@ print(f"exact:              {1 << 25}")
 # of random sign mostly cancel. Our kernels mix both: each thread adds a run of elements
 # sequentially (a few hundred in version 2's tiles, thousands in version 1's {term}`grid-stride loop`,
 # at $2^{30}$), then trees and a float64 final pass. Chapter 2's atomics add every block's
-# partial into one float (chapter 2's version 4, shown here by its header). We measure each
+# partial into one float (chapter 2's version 4). We measure each
 # against the float64 mean at $2^{30}$ elements (errors also in units of the float32 spacing at
 # the result, ulp).
 #
@@ -414,8 +436,11 @@ torch.cuda.empty_cache()
 # can be closer than the float32 nearest to the float64 mean.
 # ```
 #
-# Short sequential runs and a float64 final pass are enough at $2^{30}$ elements; the
-# fixed-order versions also give these bits on every run, which the atomic ones do not.
+# Short sequential runs per lane are what matters: with them even a float32 final pass
+# (`mse_float_tree`) lands on the float64 pass's value. The course keeps float64 for pass 2 all
+# the same: it reads one float per tile, a small fraction of the input, and leaves a margin for
+# longer inputs. The fixed-order versions also give these bits on every run; the atomic ones do
+# not.
 #
 # ## Version 5: the grid `torch.compile` chose
 #
@@ -437,8 +462,9 @@ for line in generated[0].splitlines():
 del pred, target
 
 # %% [markdown]
-# Two Triton kernels: the first is launched with `xnumel` = 8192 programs, each reducing
-# `r0_numel` = 131072 consecutive elements to one partial; the second adds the 8192 partials.
+# Two Triton kernels (a Triton *program* plays a CUDA block's part): the first is launched with
+# 8192 programs (`xnumel`), each reducing 131072 consecutive elements (`r0_numel`) to one
+# partial; the second adds the 8192 partials.
 # That is version 2's two passes with a different split of the work, and version 5 copies it.
 # A tile belongs to a block of 512 threads that read it together, and the grid has one block
 # per tile, so the hardware hands out tiles as SMs free up. Small inputs get one block that
@@ -475,11 +501,18 @@ del pred, target
 # ```
 #
 # Four more changes serve the middle sizes, $2^{16}$ to $2^{24}$ elements, where a call takes
-# microseconds. Up to $2^{18}$ elements one thread-block cluster replaces the two passes; above
-# that, pass 2 is launched before pass 1 ends; inputs read once leave L2 first; and a broadcast
-# target gets longer tiles.
-# Version 5 is a rewrite rather than one change, so it is shown whole below; the folds say what
-# each part does and what it gained.
+# microseconds; the ablation tables below time version 5 without each of the first three:
+#
+# - up to $2^{18}$ elements one *thread-block cluster*, blocks on neighbouring SMs that can
+#   write each other's shared memory, adds the block sums without a second pass (column "v5,
+#   two passes");
+# - above that, pass 2 is queued before pass 1 ends and waits on the GPU (column "v5, ordinary
+#   launch of pass 2");
+# - from $2^{21}$ to $2^{26}$ elements, inputs read once are loaded evict-first (column "v5,
+#   plain loads");
+# - a broadcast target (Hinge) gets longer tiles.
+#
+# Version 5 is a rewrite, shown whole below; the folds say how each part works.
 #
 # ```{dropdown} Going deeper: the ablation switches
 # The first three changes are switches in the file (`CLUSTERS`, `DEPENDENT_LAUNCH`,
@@ -579,8 +612,7 @@ for cap in ["1", "7", "100"]:
 #
 # We time the five versions, eager PyTorch and `torch.compile` on all three losses. For MSE we
 # add a second reference: `torch.sum` of each input, which reads exactly the bytes the loss reads
-# with PyTorch's own reduction kernel (`reduce_kernel`, the one chapter 1's profiler showed for
-# `mean`), in two launches. It computes no loss; it shows what reading those bytes costs.
+# with PyTorch's own reduction kernel, in two launches. It computes no loss; it shows what reading those bytes costs.
 #
 # **Predict.** Version 3 saves version 2's second launch. At which sizes should it be faster,
 # and by how much: a launch's few microseconds against the reading time each size needs?
@@ -656,17 +688,24 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # their kernel anyway.
 # ```
 #
-# What made the difference is the shape of the work. Version 5 is the fastest of the three at
-# all or nearly all sizes for all three losses (the count above), so it is the chapter's final
-# kernel. It is faster than eager PyTorch at every size.
-#
-# Against `torch.compile`, the ratio tables below give each build's time over
-# `torch.compile`'s: `bench/v5_ablation.py`'s run, timed by events and by the kernels' span, the
-# chapter's own sweep, and `bench/reduction_targets.py`'s run (the median of three). Version 5
-# is well ahead at $2^{14}$ elements and level or a little ahead from $2^{26}$ up, for all three
-# losses; at $2^{12}$ the two are level or a percent or two apart. Hinge is level from $2^{20}$
-# to $2^{24}$, while its kernels' spans are ahead or level: what it loses there is outside the
-# kernels.
+# Version 3's one launch gains little because the benchmark keeps the GPU busy while the host
+# launches: a second launch queued behind the first costs little GPU time. The shape of the work
+# made the difference. Version 5 is the fastest of the three at all or nearly
+# all sizes for all three losses (the count above), so it is the chapter's final kernel. It is
+# faster than eager PyTorch at every size. Against `torch.compile`, version 5's time over its
+# time (below 1: version 5 is faster), from the chapter's sweep:
+
+# %% tags=["nbval-ignore-output"]
+# The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.
+Markdown("\n\n".join(f"**{loss}**\n\n"
+                     + results.ratio_table(rows, ["v5"], loss, "torch.compile")
+                       for loss in ("mse", "smooth_l1", "hinge")))
+
+# %% [markdown]
+# Version 5 is well ahead at $2^{14}$ elements and level or a little ahead from $2^{26}$ up, for
+# all three losses; at $2^{12}$ the two are level or a percent or two apart. Hinge is level from
+# $2^{20}$ to $2^{24}$, while its kernels' spans (below) are ahead or level: what it loses there
+# is outside the kernels. The tables below check it with other runs.
 #
 # ```{dropdown} Going deeper: timing calls of a few microseconds
 # From $2^{16}$ to $2^{24}$ elements a call takes microseconds, and timing it needed a fix of
@@ -713,6 +752,8 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v2", "v3", "v5
 # three losses, and Hinge level, within a percent or so, from $2^{20}$ to $2^{24}$. Beside its
 # targets it prints the kernels' spans up to $2^{24}$ elements, without a target.
 # ```
+#
+# `bench/v5_ablation.py`'s run: each column after version 5's is version 5 without one change.
 
 # %% tags=["nbval-ignore-output"]
 # bench/v5_ablation.py's published run (book/results/v5_ablation.csv)
@@ -724,6 +765,9 @@ Markdown("\n\n".join(f"**{loss}**, time / `torch.compile`\n\n"
                        + results.ratio_table(ablation, builds, loss, "torch.compile")
                        for loss in ("mse", "hinge")))
 
+# %% [markdown]
+# The same calls, timed from their first kernel's start to their last kernel's end:
+
 # %% tags=["nbval-ignore-output"]
 # The same builds, each call timed from its first kernel's start to its last kernel's end
 # (spans.call_span_ms: torch.profiler's timestamps), without what the events add around them
@@ -732,6 +776,10 @@ spans = [dict(r, provider=r["provider"].removesuffix(KERNELS))
 Markdown("\n\n".join(f"**{loss}**, kernels' span / `torch.compile`'s\n\n"
                        + results.ratio_table(spans, builds, loss, "torch.compile")
                        for loss in ("mse", "hinge")))
+
+# %% [markdown]
+# Below $2^{21}$ elements the plain-loads build runs version 5's very kernels: their difference
+# is the run's spread.
 
 # %% tags=["nbval-ignore-output"]
 # Below 2^21 elements both builds run the same kernels: their difference is the run's spread.
@@ -744,20 +792,24 @@ for loss in ("mse", "hinge"):
         print(f"{loss}, {label}: v5 and v5 with plain loads, the same kernels below 2^21 "
               f"elements, differ by up to {spread:.1%}")
 
+# %% [markdown]
+# What each call's events hold besides its kernels (events minus span), size by size:
+
 # %% tags=["nbval-ignore-output"]
 # What a call's events hold besides its kernels: events - kernels' span, µs, 2^12 ... 2^20
+small = sorted({math.prod(r["shape"]) for r in ablation if math.prod(r["shape"]) < 1 << 21})
+print(f"{'µs outside the kernels, elements':<38}"
+      + "".join(f"{'2^' + str(n.bit_length() - 1):>6}" for n in small))
 for loss in ("mse", "hinge"):
     ms = {(r["provider"], r["shape"]): r["ms"] for r in ablation if r["loss"] == loss}
     for provider in ["torch.compile", *builds]:
         outside = [1e3 * (ms[p, s] - ms[p + KERNELS, s])
-                   for p, s in ms if p == provider and math.prod(s) < 1 << 21]
+                   for p, s in sorted(ms, key=lambda key: math.prod(key[1]))
+                   if p == provider and math.prod(s) < 1 << 21]
         print(f"{loss:<6}{provider:<32}" + "".join(f"{us:6.2f}" for us in outside))
 
-# %% tags=["nbval-ignore-output"]
-# The chapter's own sweep, one more run: version 5's time / torch.compile's, size by size.
-Markdown("\n\n".join(f"**{loss}**\n\n"
-                     + results.ratio_table(rows, ["v5"], loss, "torch.compile")
-                       for loss in ("mse", "smooth_l1", "hinge")))
+# %% [markdown]
+# `bench/reduction_targets.py`'s run, each time the median of three:
 
 # %% tags=["nbval-ignore-output"]
 # bench/reduction_targets.py's published run (book/results/reduction_targets.csv): each time
@@ -771,14 +823,17 @@ Markdown("\n\n".join(f"**{loss}**, median of three\n\n"
                        for loss in ("mse", "smooth_l1", "hinge")))
 
 # %% [markdown]
+# ```{dropdown} Going deeper: the next table, against a torch.compile built for every size
 # The baseline is `torch.compile(dynamic=False)`: a program for each size, with that size
 # written into its code. Version 5 is one kernel for every size. Asked for one program for
-# every size (`dynamic=True`), `torch.compile` gives up its constants. Both, against the program
-# compiled for each size (time / its time, median of five runs in turn):
-#
-# ```{dropdown} Going deeper: the sizes in this table
+# every size (`dynamic=True`), `torch.compile` gives up its constants. The next table gives both
+# against the program compiled for each size (time / its time, median of five runs in turn).
 # At $2^{12}$ and $2^{14}$ elements the input fills version 5's block loads exactly, and its copy
 # without bounds checks runs (the fold on version 5); at 3000 and $2^{13}$ it does not.
+#
+# Built for every size, `torch.compile`'s program is slower than the one built for each size,
+# and slower than version 5, at every size in the table. The program built for one size keeps a
+# lead of a few percent or less at the smallest sizes, where its size is a constant in its code.
 # ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -789,11 +844,6 @@ for n in (1 << 12, 3000, 1 << 13, 1 << 14):
         {"dynamic=True": generic, "v5": v5.mse}, "mse", n, runs=5)}
     print(f"{n:>6}{ms['dynamic=True'] / ms['torch.compile']:>14.3f}"
           f"{ms['v5'] / ms['torch.compile']:>8.3f}")
-
-# %% [markdown]
-# Built for every size, `torch.compile`'s program is slower than the one built for each size,
-# and slower than version 5, at every size in the table. The program built for one size keeps a
-# lead of a few percent or less at the smallest sizes, where its size is a constant in its code.
 
 # %% [markdown]
 # ## Small margins, and a line that can be crossed
@@ -820,9 +870,18 @@ for n in (1 << 28, bench.SIZES[-1]):
 
 # %% [markdown]
 # Where two spreads overlap, the two are level: a margin under 2% that the spread covers is
-# noise, not a win. And why can a kernel measure above 100%? The line is not the hardware's
-# limit: it is the rate `torch.sum` reads a 4 GiB tensor, measured at the start of the chapter.
-# Nsight Compute measures how busy DRAM is while each kernel runs ({doc}`../book/profiling`):
+# noise, not a win.
+#
+# ```{admonition} Going deeper: why a kernel can measure above the line (the next table)
+# :class: dropdown
+# The line is not the hardware's limit: it is the rate `torch.sum` reads a 4 GiB tensor,
+# measured at the start of the chapter. Nsight Compute measures how busy DRAM is while each
+# kernel runs ({doc}`../book/profiling`), in the next table. Neither keeps DRAM busy all of the
+# time, and version 5's pass 1 keeps it busy a little more of the time than `torch.sum`'s
+# kernel: that is the whole "above 100%". The {term}`roofline`'s limit is the hardware's rate;
+# the course's line is a strong, honest, measured stand-in for it, which a kernel can beat by
+# the last percent or two, never by more.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 READS = '''
@@ -839,23 +898,16 @@ if counters:
     print(counters.table(["v5 pass 1", "torch.sum"]))
 
 # %% [markdown]
-# Neither keeps DRAM busy all of the time, and version 5's pass 1 keeps it busy a little more
-# of the time than `torch.sum`'s kernel: that is the whole "above 100%". The {term}`roofline`'s limit
-# is the hardware's rate; the course's line is a strong, honest, measured stand-in for it,
-# which a kernel can beat by the last percent or two, never by more.
-#
 # ## Summary
 #
 # - Partial sums in scratch memory, added in a fixed order, give the same bits on every run;
 #   fixed tiles (version 2) give the same bits whatever the grid, so on any GPU.
 # - The op returns its result on the device and never waits for it. One launch instead of two
-#   (version 3) gains little: the benchmark keeps the GPU busy while the host launches.
+#   (version 3) gains little.
 # - At $2^{30}$ elements chapter 2's atomics land several ulp from the float64 mean; most of this
 #   chapter's variants land a small fraction of an ulp from it (the accuracy output).
 # - At the largest sizes version 5, `torch.compile` and `torch.sum` are within a few percent of
 #   one another; a margin that their spread covers is noise, not a win.
-# - The chapter's bandwidth line is a measured stand-in for the hardware's limit, which a kernel
-#   can beat by a percent or two, never by more.
 #
 # The ladder for MSE at $2^{16}$ and $2^{30}$ elements (version 4, version 2 with compensated
 # sums for the accuracy study, is left out of the chain):
