@@ -40,7 +40,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #
 # **Assumes:** chapter 5's online softmax. The timings need two or more GPUs of one machine;
 # with one GPU the chapter shows the stored runs, and every distributed cell also runs on CPU
-# processes.
+# processes (PyTorch's `gloo` backend: the same collectives without a GPU).
 #
 # **Words it uses** (defined in the {doc}`../book/glossary`): {term}`all-reduce`, {term}`NCCL`,
 # {term}`log-sum-exp`, {term}`online softmax`, {term}`latency`.
@@ -64,9 +64,6 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # communication library PyTorch uses on NVIDIA GPUs. Per row, three floats cross the link,
 # against hundreds of thousands of logits; on two H200s the loss's forward and backward run
 # nearly twice as fast as on one (measured below).
-#
-# Every distributed cell also runs on CPU processes with the `gloo` backend, which computes the
-# same collectives without a GPU: the chapter's logic can be followed on a laptop.
 
 # %%
 import json
@@ -88,10 +85,11 @@ from kernels.ops.vocab_parallel import cross_entropy, shard_bounds
 #
 # A collective operation (an {term}`all-reduce`, an all-gather) is called by every *rank*, one
 # process per GPU, and returns when all of them have taken part. A notebook is one process,
-# so the distributed work of this chapter lives in `kernels/ranks.py`: its tasks run in every
-# rank, started by `torchrun` (`python -m torch.distributed.run`), which gives each process its
-# rank and the address of the others. `launch` starts them, waits, and returns what rank 0
-# wrote:
+# so the distributed work of this chapter lives in `kernels/ops/ranks.py`: its tasks run in
+# every rank, started by `torchrun` (`python -m torch.distributed.run`), which gives each process
+# its rank and the address of the others. `launch` starts them, waits, and returns what rank 0
+# wrote. What matters is the `torchrun` command with `--nproc-per-node`, one process per GPU; the
+# rest is plumbing:
 
 # %%
 show_source("ops/ranks.py", "def launch(", "        return {**json.loads")
@@ -108,7 +106,8 @@ show_source("ops/ranks.py", "class Context:", "    def say(")
 #
 # ```{admonition} Going deeper: NVLink multicast stays off
 # :class: dropdown
-# `launch` sets `MULTICAST_OFF` (`NCCL_NVLS_ENABLE=0` and two more, in
+# NVLink multicast (NVLS) lets the NVLink switch itself combine or copy a message for several
+# GPUs. `launch` sets `MULTICAST_OFF` (`NCCL_NVLS_ENABLE=0` and two more, in
 # `kernels/ops/vocab_parallel.py`) in every process, so the numbers are NCCL's ring's and
 # tree's, not NVLink multicast's (NVLS). The check below reports the setting from every rank; on
 # an NVSwitch machine of your own, empty `MULTICAST_OFF` to let NCCL choose NVLS and compare.
@@ -126,9 +125,9 @@ if GPUS < 2:
 
 # %% [markdown]
 # Two H100 or H200 GPUs of one NVLink machine show `NV18` between them in that matrix: 18 NVLink
-# links, 450 GB/s each way by NVIDIA's figures. Compare 4.8 TB/s from each GPU's own memory on
-# an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to eleven times
-# more than reading them; the statistics of a row cost nothing.
+# links, together 450 GB/s each way by NVIDIA's figures. Compare 4.8 TB/s from each GPU's own
+# memory on an H200 (3.35 TB/s on an H100). Moving logits between GPUs would cost seven to eleven
+# times more than reading them (3.35 or 4.8 over 0.45); the statistics of a row cost nothing.
 #
 # ## The data-parallel mean
 #
@@ -143,9 +142,7 @@ if GPUS < 2:
 # padded batch more than a token of a full one. The fix costs one all-reduce of two numbers per
 # rank: its sum and its count, in float64 so that the sum of many ranks' partial sums loses
 # nothing. NCCL's all-reduce leaves identical copies of the result on every rank (the
-# documentation of `ncclAllReduce` says so), so every rank gets the same bits. It does not
-# document the order of the additions: that depends on the algorithm NCCL picks for the
-# message size and the topology, so the same bits from one run to the next is not promised.
+# documentation of `ncclAllReduce` says so), so every rank gets the same bits.
 
 # %%
 show_source("ops/vocab_parallel.py", "def global_sum_and_count", "    return pair[0], pair[1]")
@@ -154,6 +151,10 @@ show_source("ops/vocab_parallel.py", "def global_sum_and_count", "    return pai
 # Each rank's sum comes from the kernel of this chapter (below) in one pass over its logits.
 # Here the ranks differ in padding (10 % and 70 % of the rows ignored) and in how hard their
 # rows are (short, heavily padded documents are often easier), as real batches do.
+#
+# `launch_or_stored(name, task, processes, GPUs)` runs the task live where this machine has two
+# GPUs or more and keeps it in `book/results/<name>.json`; with one GPU it prints that stored
+# run and says so.
 #
 # **Predict first.** Is the mean of the two ranks' means off from the global mean by a rounding
 # error of float32 (about $10^{-7}$ relative), or by much more? And will the two GPUs hold the
@@ -178,6 +179,8 @@ mean_run = launch_or_stored("ch8_global_mean", "global_mean", GPUS, GPUS)
 # it seems. With two ranks there is one addition, and $a + b = b + a$ in floating point, so no
 # order of {term}`reduction` could change the bits. Three ranks could (the CPU run below). One
 # run agreeing with itself still says nothing about another machine or another NCCL version.
+# NCCL does not document the order of its additions: that depends on the algorithm it picks for
+# the message size and the topology, so the same bits from one run to the next is not promised.
 # ```
 #
 # The same runs on three CPU processes over gloo (the statistics then come from PyTorch in
@@ -325,7 +328,10 @@ plt.show()
 
 # %% [markdown]
 # Splitting the vocabulary over two GPUs nearly halves the step: each GPU reads and writes
-# half the logits. Where the rest of the time goes, from `torch.profiler` on rank 0 of the same
+# half the logits. No bar reaches its line: the line counts one read of the logits and one
+# write, but `shard_stats` and `shard_grad` each read them. Three bytes move for every two the
+# line counts, so about two thirds of the bound is this design's ceiling (the summary table's
+# percent column). Where the rest of the time goes, from `torch.profiler` on rank 0 of the same
 # runs (GPU time per step, µs; on a machine with one GPU, the stored runs of two):
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -349,12 +355,14 @@ Markdown("\n".join(table))
 
 # %% [markdown]
 # - `shard_grad` takes about twice `shard_stats`: it reads the shard and writes as many bytes;
-#   `shard_stats` only reads. Both move their bytes close to the GPU's read bandwidth (the GB/s
-#   columns count what each kernel reads and writes).
+#   `shard_stats` only reads. Each kernel alone moves its bytes close to the GPU's read bandwidth
+#   (the GB/s columns); the step does not, as both read the logits.
 # - The communication is tiny: three floats per row, 96 KiB per rank for 8192 rows; the two
-#   all-reduces alone (the last column) take about 1 % of a step. An all-reduce inside a step
-#   (the NCCL column) can take longer than alone: it starts when
-#   both ranks have called it, so its time includes waiting for the slower rank.
+#   all-reduces alone (the last column) take about 1 % of a step. The NCCL column is different:
+#   it counts every µs an NCCL kernel ran on rank 0, and that kernel spins until the other rank
+#   arrives, so it holds the wait for the slower rank too. The wait varies (the two rows differ
+#   several times over), and the profile is a run of its own, so the columns
+#   need not add up to the step.
 # - "other" is PyTorch's small per-row work between the kernels (rescaling the sums, the loss of
 #   each row, the per-row scales of the gradient): a few µs each.
 #
@@ -391,7 +399,8 @@ Markdown("\n".join(table))
 # machine, each count a `torchrun` of its own, and keeps the rows in
 # `book/results/ch8_scaling.csv` with the GPU count and model in each. The vocab-parallel step
 # keeps its rows and splits its vocabulary: each GPU holds $1/R$ of every row. The exact mean
-# keeps 4096 rows on every GPU: more GPUs, more rows (weak scaling). The right panel counts what
+# keeps 4096 rows on every GPU: more GPUs, more rows (weak scaling); its step is this chapter's
+# cross-entropy, forward and backward over float32 logits, with one all-reduce of (sum, count). The right panel counts what
 # each rank sends on the link for one row, by the ring algorithms' formulas: an all-reduce of
 # $k$ bytes sends $2\frac{R-1}{R}k$, an all-gather $(R-1)k$.
 
@@ -477,8 +486,8 @@ Markdown("\n".join(table))
 #   exponentials of every shard, and the target's logit from the shard that owns it. Three
 #   floats per row cross the link, and each rank writes the gradient of its own shard.
 # - Measured on two H200s: nearly twice the throughput of the same kernels on one GPU (the
-#   PASS lines above). The two all-reduces alone take about 1 % of a step, and a few percent
-#   inside it, waiting for the slower rank included.
+#   PASS lines above). The two all-reduces alone take about 1 % of a step; inside a step,
+#   waiting for the slower rank can make them take several times longer (the NCCL column).
 # - On four GPUs the step is not quite a quarter of one GPU's: the per-row work and the
 #   collectives' latency do not split, and they set how far the vocabulary can be spread.
 #
@@ -513,11 +522,12 @@ Markdown("\n".join(lines))
 #
 # The forward makes two collective calls per step: the max, then the sums. Each pays NCCL's
 # latency, and the second cannot start before the first has returned. Write
-# `row_log_sum_exp` with **one** collective: gather every rank's four statistics per row
-# (`dist.all_gather`), then combine them on every rank. `kernels/exercises/ch8_one_collective.py`
-# holds the function to write. The check runs the chapter's cases on three CPU processes over
-# gloo (no GPU needed). How many bytes does each rank receive, compared with the two
-# all-reduces, for 2 ranks and for 64?
+# `row_log_sum_exp` (the one of `kernels/ops/vocab_parallel.py`, shown above) with **one**
+# collective: gather every rank's four statistics per row (`dist.all_gather`), then combine them
+# on every rank. Write it in `kernels/exercises/ch8_one_collective.py` (shown below). The check
+# runs the chapter's cases on three CPU processes over gloo (no GPU needed). The right panel of
+# the scaling figure shows the bytes per row at 2 and 4 ranks: work them out for 64, then predict
+# which of the two ways is faster at 2 ranks and at 64, and why.
 # ```
 
 # %% tags=["nbval-ignore-output"]
