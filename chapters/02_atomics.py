@@ -206,7 +206,8 @@ show_source("ch2_atomics/v1_atomic_per_element.cu")
 # ```{dropdown} Going deeper: how load builds a file
 # `kernels.load` builds the `.cu` with nvcc and the binding with the host compiler, in seconds:
 # neither includes `torch/extension.h`. A second `load` of unchanged sources, even in another
-# process, reuses the build.
+# process, reuses the build. (The by-hand cell's `point_torch_at_the_cuda_toolkit()` sets
+# `CUDA_HOME` where PyTorch would guess the CUDA toolkit's place wrong.)
 # ```
 
 # %%
@@ -349,7 +350,7 @@ check(v2.mse, "mse", rtol=1e-4)  # a few hundred thousand float atomics: ~1e-5 l
 # :alt: Two diagrams of 32 lanes over five shuffle steps with offsets 16, 8, 4, 2, 1. Top, __shfl_down_sync: lane k adds lane k + offset, the lanes that still matter halve each step, and lane 0 ends with the sum of all 32. Bottom, __shfl_xor_sync: lane k adds lane k xor offset, a butterfly, and every lane ends with the sum.
 # :width: 100%
 #
-# Five shuffles add a warp's 32 values. `__shfl_down_sync` (this version) leaves the sum in lane 0; the butterfly `__shfl_xor_sync` (chapter 3's version 6) leaves it in every lane. Each number is how many lanes' values a lane holds.
+# Five shuffles add a warp's 32 values. `__shfl_down_sync` (this version) leaves the sum in lane 0; the {term}`butterfly` `__shfl_xor_sync` (chapter 3's version 6) leaves it in every lane. Each number is how many lanes' values a lane holds.
 # ```
 
 # %%
@@ -596,6 +597,10 @@ Markdown(results.speedup_table(rows, list(CHANGES), "mse", shape, baseline="v1",
 # Five shuffle steps, offsets 16, 8, 4, 2, 1, as in version 3. And look at the `return` at the
 # top of the kernel: the lanes past the end of the input leave before the shuffles. Let them
 # stay and contribute 0 instead.
+#
+# Two names in the skeleton are new: `MseLoss` is the loss as a {term}`functor`, from
+# `kernels/common/losses.cuh`, and `a->workspace` is the binding's scratch memory, which holds
+# the running total here until `divide_by_n` writes the mean into `a->out`.
 # ```
 #
 # Breaking this rule is undefined, not necessarily wrong: on the book's GPU the early `return`
