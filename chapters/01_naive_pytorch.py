@@ -56,9 +56,10 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # {term}`launch-latency <launch overhead>` floor, the throughput of PyTorch's losses at every
 # size, and the accuracy of PyTorch's own float32 {term}`reduction`.
 #
-# The four losses are the loss problems of KernelBench {cite}`ouyang2025kernelbench`, with
-# its sizes. MSE, Smooth L1 and Hinge take $32768 \times 32768$ float32 predictions and targets
-# ($2^{30}$ elements, 4 GiB per tensor). Cross-entropy takes $32768 \times 4096$ float32 logits
+# The four losses are the loss problems of KernelBench {cite}`ouyang2025kernelbench`, a
+# benchmark of PyTorch programs to rewrite as faster kernels, with its sizes. MSE, Smooth L1
+# and Hinge take $32768 \times 32768$ float32 predictions and targets ($2^{30}$ elements,
+# 4 GiB per tensor). Cross-entropy takes $32768 \times 4096$ float32 logits
 # with int64 class targets.
 #
 # ```{admonition} GPU memory
@@ -122,7 +123,8 @@ display(Markdown("```python\n" + "\n".join(
 # %% [markdown]
 # Each loss must read its inputs at least once. That minimum, `min_bytes`, is what the
 # course divides by the time to get the **effective bandwidth** (see
-# {doc}`../book/timing`):
+# {doc}`../book/timing`). Sizes are in GiB ($2^{30}$ bytes), bandwidths in GB/s ($10^9$ bytes
+# per second), as GPU datasheets give them:
 
 # %%
 lines = ["| loss | KernelBench shape | must read | bytes |", "|---|---|---|---|"]
@@ -162,10 +164,9 @@ print("per-row labels y[:, None] would give:",
 #
 # In eager mode every operator in the expression runs on its own: it reads its inputs from
 # GPU memory and writes its whole result back, and the next operator reads that result
-# again. We can list the operators without a GPU: a `TorchDispatchMode` sees every ATen
-# operator PyTorch runs, and on `meta` tensors (shapes without data) nothing is computed,
-# so the KernelBench sizes cost nothing. For each operator we count the bytes of its
-# tensor inputs (read) and outputs (written).
+# again. A `TorchDispatchMode` lists the ATen operators PyTorch runs, here on `meta` tensors
+# (shapes without data, no GPU), with the bytes of each one's inputs (read) and outputs
+# (written).
 
 # %%
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -247,15 +248,14 @@ print(f"eager MSE moves {eager_bytes / must_bytes:.1f}x the bytes it must read")
 # %% [markdown]
 # **Predict first.** A memory-bound kernel's time is proportional to the bytes it moves. From
 # the table, how much longer should eager MSE take than a fused version that reads `p` and `t`
-# once and keeps `(p - t) ** 2` in registers? And Hinge? We measure it below.
+# once and keeps `(p - t) ** 2` in registers? And Hinge? *Bytes predict the time* checks it.
 #
 # ## What the GPU runs: the profiler
 #
 # The ATen operators are not yet kernels: one operator may launch several kernels, or a
 # memset, and `torch.compile` replaces the whole expression by kernels it generates.
-# `torch.profiler` with CUDA activities records each kernel the GPU actually ran and its
-# GPU time. We profile one call of each loss at the KernelBench size, eager and compiled
-# (`dynamic=False`: code specialised for each shape). The first, unprofiled call warms up (and
+# `torch.profiler` records each kernel the GPU ran and its GPU time, here for one call of each
+# loss at the KernelBench size, eager and compiled (after an unprofiled call that warms up and
 # compiles).
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -318,8 +318,10 @@ for (name, provider), found in launched.items():
 # %% [markdown]
 # Eager MSE runs one kernel per operator: an element-wise subtract (PyTorch implements
 # `p - t` as an add with `alpha=-1`, hence `CUDAFunctor_add`), an element-wise power and a
-# mean reduction. The times follow the bytes: the subtract, which moves 12 GiB, takes longest;
-# the power (8 GiB) and the mean (4 GiB) less in proportion.
+# mean reduction. Each is listed twice: at $2^{30}$ elements ATen's kernels, which use 32-bit
+# offsets, launch once per half of the tensor (a reduction after a `Memset`). Add the pairs,
+# and the times follow the bytes: the subtract, which moves 12 GiB, takes
+# longest; the power (8 GiB) and the mean (4 GiB) less in proportion.
 #
 # The compiled losses run kernels whose names start with `triton_` and list the operators they
 # fused (`mean`, `pow`, `sub` for MSE). Inductor, the compiler behind `torch.compile`, generated
@@ -327,17 +329,14 @@ for (name, provider), found in launched.items():
 #
 # ```{admonition} Going deeper: more in the profiler's lines
 # :class: dropdown
-# - **Every kernel twice.** At this size each eager operation appears twice. ATen's element-wise
-#   and reduction kernels address memory with 32-bit offsets, and a 4 GiB tensor has more bytes
-#   than those can reach. So PyTorch splits each operation into launches over the two halves of
-#   the tensor (and each reduction launch first clears a few bytes with a memset).
 # - **Hinge's slow multiply.** Hinge's broadcasting multiply runs a generic `elementwise_kernel`
 #   instead of the vectorised one, and is clearly slower for the same bytes. Compare its two
 #   launches with those of the `add` that follows it, which also reads one full-size tensor and
 #   writes another.
 # - **Lines without a name.** Eager cross-entropy's two kernels, `log_softmax`'s and
 #   `nll_loss`'s, live in an anonymous namespace, where the shortening above cuts their names to
-#   nothing. (MSE's power kernel and Hinge's clamp are cut at the same place.)
+#   nothing (its `\b` cannot match before the parenthesis). MSE's power kernel and Hinge's clamp
+#   are cut at the same place.
 # - **Inductor splits a large sum.** A big kernel reads everything and writes partial sums, and
 #   a tiny one adds those: the second line of each compiled element-wise loss. Compiled
 #   cross-entropy runs three kernels. Its first, `prepare_softmax_online`, makes one pass over
@@ -427,8 +426,7 @@ path = ch.save(gpu_rows + measured)
 print(f"{len(measured)} measurements in {time.perf_counter() - started:.0f} s -> {path.name}")
 
 # %% [markdown]
-# From here on the chapter reads the measurements from the CSV file, so these cells run (and
-# the book builds) without a GPU.
+# From here on the cells read the CSV file, and run without a GPU.
 
 # %% tags=["nbval-ignore-output"]
 rows = ch.rows()
@@ -484,9 +482,8 @@ print(f"compiled cross-entropy at {' x '.join(map(str, ce['shape']))} reaches "
 # ```
 #
 # "Bytes moved" is a model, not a law. Where the compiled kernel does not itself reach the read
-# bandwidth, the ratio of times is smaller than the ratio of bytes. Cross-entropy is the case to
-# look at (the printed line under the table gives its share of the bandwidth). Chapter 5 writes a
-# cross-entropy kernel that comes much closer to it.
+# bandwidth, the ratio of times is smaller than the ratio of bytes: so for cross-entropy (the
+# line under the table gives its share), which chapter 5 brings much closer.
 #
 # ## The roofline: why FLOPs do not matter
 #
@@ -532,8 +529,8 @@ else:
 # time its bytes take, and the GPU's arithmetic units idle while they wait for memory. So
 # the bytes are what to count first. The best a loss kernel can do is read each input once at
 # the read bandwidth, which is what the compiled element-wise losses already come close to. The
-# plot below shows the same picture as a roofline, with each loss's compiled version at its
-# KernelBench size.
+# plot below is the welcome page's bound drawn per flop instead of per byte, with each loss's
+# compiled version at its KernelBench size.
 #
 # ```{admonition} Going deeper: instructions, not flops
 # :class: dropdown
@@ -581,7 +578,8 @@ if tflops is not None:
 #
 # The chapter's main plot: effective bandwidth (bytes that must be read / time) of eager and
 # compiled PyTorch for each loss across sizes, with the measured read bandwidth as the dotted
-# line. Compiled points are every other size (see above).
+# line. Compiled points are every other size, to save compile time (`dynamic=False` compiles
+# once per shape).
 
 # %% tags=["nbval-ignore-output"]
 fig, axes = plot.subplots(2, 2, height=7, sharex=True, sharey=True)
@@ -600,8 +598,9 @@ for name in LOSS_NAMES:
                      + results.markdown_table(rows, ["eager", "torch.compile"], name)))
 
 # %% [markdown]
-# On the right of each plot, the large sizes. Compiled MSE, Smooth L1 and Hinge run close to the
-# read bandwidth, and their eager versions near the fraction their extra bytes allow (a third for
+# On the right of each plot, the large sizes. Compiled MSE, Smooth L1 and Hinge run at the read
+# bandwidth (the percent or so above it in the tables is measurement spread, not a kernel past
+# the bound). Their eager versions run near the fraction their extra bytes allow (a third for
 # MSE, a seventh for Hinge). Cross-entropy stays further below what its bytes allow, eager and
 # compiled alike. On the left, every curve collapses: at a few thousand elements no loss gets
 # anywhere near the bandwidth, whatever it does. That is the launch floor.
@@ -610,10 +609,7 @@ for name in LOSS_NAMES:
 #
 # A kernel launch costs time however little the kernel does. Below some size the loss's time
 # is that fixed cost, and its effective bandwidth grows in proportion to the size; above it,
-# the time grows with the bytes and the bandwidth levels off. We call a loss
-# **bandwidth-bound** from the first measured size at which it reaches half of its own best
-# throughput (the plateau on the right of its curve). Half of the read bandwidth is the
-# stricter test: eager losses, which move several times the bytes they must, may never pass it.
+# the time grows with the bytes and the bandwidth levels off.
 #
 # **Predict first.** At 4096 elements each input of eager MSE is $4096 \times 4$ bytes,
 # nothing for a GPU that reads gigabytes per millisecond, but MSE launches three kernels. How
@@ -665,20 +661,25 @@ print(f"eager MSE at {math.prod(smallest['shape']):,} elements takes "
 # ```{admonition} Answer
 # :class: dropdown
 # A small multiple, below the number of kernels: read the "x the 1-element add" column and the
-# line printed under the table. The time is the launches', not the bytes'. Kernels launched back
-# to back overlap part of their fixed cost, so three launches cost less than three empty adds.
+# line printed under the table. The time is the launches', not the bytes'.
 # ```
 #
 # At the smallest sizes every loss takes a small multiple of the empty kernel's GPU time, and its
-# time grows far more slowly than the size. The GPU is not busy with the data but with launching
-# kernels, each on a {term}`grid` too small to fill the GPU. Eager mode launches a kernel per
-# operator; `torch.compile` launches fewer for the element-wise losses, but not for cross-entropy
-# (three kernels against eager's two in the profiler output above). Below the crossing, making a
-# kernel faster changes little; what counts there is the number of launches and the work done
-# per call.
+# time grows far more slowly than the size. Launches back to back overlap part of their fixed
+# cost: three cost less than three empty adds. The GPU is not busy with the data but with
+# launching kernels, each on a {term}`grid` too small to fill the GPU. Eager mode launches a
+# kernel per operator; `torch.compile` launches fewer for the element-wise losses, but not for
+# cross-entropy (three kernels against eager's two in the profiler output above). Below the
+# crossing, making a kernel faster changes little; what counts there is the number of launches
+# and the work done per call.
 #
 # ```{admonition} Going deeper: GPU time, host time, and where each loss crosses
 # :class: dropdown
+# The table calls a loss *bandwidth-bound* from the first measured size at which it reaches half
+# of its own best throughput (the plateau on the right of its curve). Half of the read bandwidth
+# is the stricter test: eager losses, which move several times the bytes they must, may never
+# pass it.
+#
 # `kernels.bench.time_ms` keeps the GPU queued ahead of the host (a buffer clear and a short
 # sleep before each call), so these are GPU times. The host's own work per call comes on top in
 # a real loop: the 1-element add took several times its GPU time from call to result (the line
@@ -740,8 +741,9 @@ print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2*
 
 # %% [markdown]
 # The sequential sum loses digits as soon as the running sum dwarfs the terms. Its error grows
-# to many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), while that of
-# `torch.sum` on the CPU (the table's last column) stays near or below it. PyTorch's GPU
+# to many times float32's unit roundoff ($2^{-24} \approx 6 \times 10^{-8}$), not steadily,
+# as rounding errors partly cancel. That of `torch.sum` on the CPU (the table's last column)
+# stays near or below it. PyTorch's GPU
 # reduction over $2^{30}$ elements, measured above, sets the bar for the rest of the course:
 # our float32 kernels must agree with the float64 reference at least as well as PyTorch's own
 # reduction does, at every size. Chapter 4 returns to how the order of the additions decides
@@ -754,8 +756,7 @@ print(f"from 2^16 terms on, the sequential sum's error reaches up to {worst / 2*
 # - `torch.compile` fuses each element-wise loss into generated kernels that read each input
 #   once, and runs close to the read bandwidth at large sizes. That is the baseline our CUDA
 #   kernels must match; for cross-entropy it leaves room, which chapter 5 takes.
-# - Losses are far below the ridge point of the roofline: count the bytes first. The
-#   instructions issued per byte can still set the limit (chapter 5's bfloat16 kernel).
+# - Losses are far below the ridge point of the roofline: count the bytes first.
 # - Small inputs are latency-bound: the time is set by the launches and the host's work per
 #   call, not by the bytes.
 # - PyTorch's float32 reduction keeps the error of a $2^{30}$-element mean small; a sequential

@@ -135,14 +135,13 @@ print("allclose:", torch.allclose(by_hand.mse(p, t), torch.mean((p - t) ** 2), r
 #
 # - **The build took about a minute**, most of it compiling PyTorch's C++ headers
 #   (`torch/extension.h`) for a ten-line kernel.
-# - **The kernel is slow.** Every thread's `atomicAdd` waits its turn at the same address; the
-#   section on contention below measures why.
+# - **The kernel is slow.** Every thread's `atomicAdd` waits its turn at the same address
+#   (*Contention*, below).
 # - **`allclose` says False.** One float receives $2^{24}$ additions. Once the running sum is
 #   large, the small squares added to it are rounded away. A check on a small input would have
 #   passed, so a check must try large ones too.
 #
-# That is the whole machinery. The course's toolkit does the same three things with more care,
-# and every later cell uses it:
+# The course's toolkit, which every later cell uses, does the same three things with more care:
 #
 # - `kernels.load` builds a plain `.cu` file without `torch/extension.h`, in seconds; it hashes
 #   every source, so an edit is never served from a stale cache.
@@ -188,8 +187,11 @@ show_source("ch2_atomics/v1_atomic_per_element.cu")
 # %% [markdown]
 # The pieces every kernel of the course has:
 #
+# - **Arguments**: `ReductionArgs` (`kernels/common/loss_args.h`) is a plain struct of pointers
+#   and sizes: `pred`, `target`, `n`, `target_len`, `out`, and a scratch `workspace`.
 # - **Launch configuration**: `<<<blocks, kThreads, 0, stream>>>` starts `blocks` blocks of
-#   256 threads each, enough blocks (`ceil_div(n, 256)`) that there is a thread for every element.
+#   256 threads each, enough blocks (`ceil_div(n, 256)`, $n / 256$ rounded up) that there is a
+#   thread for every element.
 # - **Indexing**: thread `threadIdx.x` of block `blockIdx.x` takes element
 #   `blockIdx.x * blockDim.x + threadIdx.x`, computed in 64 bits: a 32-bit product overflows past
 #   $2^{31}$ elements.
@@ -198,14 +200,14 @@ show_source("ch2_atomics/v1_atomic_per_element.cu")
 #   memory) does not raise anything by itself; `cudaGetLastError()` returns its error, and the
 #   binding turns it into an exception. A launcher that forgets this fails silently.
 #
-# `kernels.load` builds the file, the `.cu` with nvcc and the binding with the host compiler, in
-# seconds: neither includes `torch/extension.h`. A second `load` of unchanged sources, even in
-# another process, reuses the build.
+# `kernels.load` registers each launcher as a PyTorch operator with code it appends to the
+# binding, printed below for a file that defines `mse_launch`.
 #
-# ```{dropdown} Going deeper: how a launcher becomes a PyTorch operator
-# `load` registers each launcher it finds as a PyTorch operator with `TORCH_LIBRARY`, with code
-# it appends to the binding. The cell below prints that code for a file that defines
-# `mse_launch`.
+# ```{dropdown} Going deeper: how load builds a file
+# `kernels.load` builds the `.cu` with nvcc and the binding with the host compiler, in seconds:
+# neither includes `torch/extension.h`. A second `load` of unchanged sources, even in another
+# process, reuses the build. (The by-hand cell's `point_torch_at_the_cuda_toolkit()` sets
+# `CUDA_HOME` where PyTorch would guess the CUDA toolkit's place wrong.)
 # ```
 
 # %%
@@ -214,7 +216,9 @@ from kernels.codegen import registration
 print(registration("mylib", [("mse", "ReductionArgs")]))
 
 # %% [markdown]
-# The result of `load` is a `Kernel` whose attributes are the registered ops: `v1.mse` is
+# `m.def` declares the op and its signature (`REDUCTION_SCHEMA`: two tensors in, one out);
+# `m.impl` binds its CUDA implementation, the binding around `mse_launch`. The result of `load`
+# is a `Kernel` whose attributes are the registered ops: `v1.mse` is
 # `torch.ops.<library>.mse`, and calling it runs the binding, which calls this launcher of the
 # file:
 
@@ -227,9 +231,8 @@ v1
 
 # %% [markdown]
 # Before any timing, correctness. `kernels.check` compares the op with PyTorch in float64 on
-# awkward sizes: one element, less than a block, not a multiple of the block, 2-D. It uses fresh
-# random inputs and an allocator poisoned with NaN, and checks the result's shape, dtype and
-# device.
+# awkward sizes: one element, less than a block, not a multiple of the block, 2-D
+# ({doc}`../book/checking`).
 
 # %% [markdown]
 # Version 1 loses digits as $n$ grows, as `allclose` showed. We check it with a tolerance of
@@ -247,8 +250,8 @@ except CheckFailed as failure:
     print(failure)
 
 # %% [markdown]
-# Bad inputs get a clear error from the binding instead of a wrong answer. (A CPU tensor does not
-# even reach our code: the op is registered for CUDA only, so PyTorch's dispatcher refuses it.)
+# Bad inputs get a clear error from the binding instead of a wrong answer. (PyTorch's dispatcher
+# refuses a CPU tensor first: the op is registered for CUDA only.)
 
 # %% tags=["gpu"]
 cuda = dict(device="cuda")
@@ -273,9 +276,8 @@ for what, args in bad_inputs.items():
 # All $n$ atomics of version 1 go to one address. Atomics on global memory are performed by the
 # L2 cache, and the L2 serves the atomics to one address one after another; the thousands of
 # threads in flight only queue up. If that is the limit, the time grows in proportion to $n$
-# and the rate of atomics is a constant of the hardware. We time version 1 at a few sizes, only
-# up to $2^{24}$ elements and with few repetitions: at $2^{30}$, 64 times $2^{24}$, a single
-# call would take over a second.
+# and the rate of atomics is a constant of the hardware. We time version 1 up to $2^{24}$
+# elements only: at $2^{30}$ one call would take over a second.
 #
 # **Predict first.** Each size below is 16 times the one before. If one address serialises the
 # atomics, what happens to the time per call, and to the atomics completed per nanosecond?
@@ -324,8 +326,10 @@ show_diff("ch2_atomics/v1_atomic_per_element.cu", "ch2_atomics/v2_thread_accumul
 
 # %% [markdown]
 # The diff above, below the new header: the kernel's body becomes a loop whose step is the whole
-# grid (`stride`), `acc` collects the squares, and the one `atomicAdd` moves after the loop. The
-# launcher asks once how many blocks fit on the GPU (`resident_blocks`) and launches no more.
+# grid (`stride`), `acc` collects the squares, and the one `atomicAdd` moves after the loop.
+# `__launch_bounds__(kThreads)` promises the compiler the block size, so it can plan registers
+# for it. The launcher asks once how many blocks fit on the GPU at once (`resident_blocks`:
+# blocks per SM times SMs) and launches no more.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v2 = load("ch2_atomics/v2_thread_accumulate.cu")
@@ -337,14 +341,16 @@ check(v2.mse, "mse", rtol=1e-4)  # a few hundred thousand float atomics: ~1e-5 l
 # %% [markdown]
 # ## Version 3: one atomic per warp
 #
-# The 32 threads of a warp can exchange registers directly with `__shfl_down_sync`. Five
-# exchange steps add the warp's 32 sums into lane 0, which alone issues the atomic.
+# The 32 threads of a warp, its {term}`lanes <lane>` (`threadIdx.x % 32`), can exchange
+# registers directly. `__shfl_down_sync(0xffffffffu, v, offset)` gives lane $k$ the `v` of lane
+# $k + \text{offset}$; the mask's 32 set bits say that all 32 lanes take part. Five such steps
+# add the warp's 32 sums into lane 0, which alone issues the atomic.
 #
 # ```{figure} ../book/images/ch2_shuffle.svg
 # :alt: Two diagrams of 32 lanes over five shuffle steps with offsets 16, 8, 4, 2, 1. Top, __shfl_down_sync: lane k adds lane k + offset, the lanes that still matter halve each step, and lane 0 ends with the sum of all 32. Bottom, __shfl_xor_sync: lane k adds lane k xor offset, a butterfly, and every lane ends with the sum.
 # :width: 100%
 #
-# Five shuffles add a warp's 32 values. `__shfl_down_sync` (this version) leaves the sum in lane 0; the butterfly `__shfl_xor_sync` (chapter 3's version 6) leaves it in every lane. Each number is how many lanes' values a lane holds.
+# Five shuffles add a warp's 32 values. `__shfl_down_sync` (this version) leaves the sum in lane 0; the {term}`butterfly` `__shfl_xor_sync` (chapter 3's version 6) leaves it in every lane. Each number is how many lanes' values a lane holds.
 # ```
 
 # %%
@@ -372,9 +378,8 @@ check(v3.mse, "mse")
 show_diff("ch2_atomics/v3_warp_atomics.cu", "ch2_atomics/v4_block_atomics.cu")
 
 # %% [markdown]
-# The diff: a shared array `warp_sums` of one float per warp, filled by each warp's lane 0, the
-# barrier, and a second `warp_sum` in the first warp over those values. Only thread 0 of the
-# block calls `atomicAdd`.
+# The diff: the shared array `warp_sums`, the barrier, and a second `warp_sum` in the first
+# warp; only thread 0 of the block calls `atomicAdd`.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4 = load("ch2_atomics/v4_block_atomics.cu")
@@ -426,17 +431,17 @@ spread({"v2": v2.mse, "v3": v3.mse, "v4": v4.mse, "torch.mean": kernels.losses.m
 
 # %% [markdown]
 # Read the output above: the atomic versions give several different results for the same input,
-# `torch.mean` always the same one. The error against float64 grows with the number of additions
-# that go through one float accumulator, so version 1 is by far the worst. None of the atomic
-# versions matches `torch.mean`'s error at either size. Chapter 4 makes the sum deterministic and
-# more accurate; first, chapter 3 makes it fast.
+# `torch.mean` always the same one. The range is in {term}`ulps <ulp>`, the gap between two
+# neighbouring floats at the result's size. The error against float64 grows with the number of
+# additions that go through one float accumulator, so version 1 is by far the worst. None of the
+# atomic versions matches `torch.mean`'s error at either size. Chapter 4 makes the sum
+# deterministic and more accurate; first, chapter 3 makes it fast.
 #
 # ## Throughput against size
 #
 # We time every version from $2^{12}$ to $2^{30}$ elements against eager PyTorch and
-# `torch.compile`, which fuses the three eager kernels into one reduction. Version 1 is timed only
-# up to $2^{24}$ elements, with fewer repetitions (see above). The rows go to
-# `book/results/ch2.csv`.
+# `torch.compile`, which fuses the three eager kernels into one reduction (version 1 up to
+# $2^{24}$).
 #
 # **Predict first.** Version 2 cuts the atomics from one per element to one per resident thread,
 # version 3 by 32 times more, version 4 by 8 times more. Which step do you expect to be worth
@@ -483,7 +488,10 @@ Markdown(results.markdown_table(rows, ["eager", "torch.compile", "v1", "v2", "v3
 # closest from $2^{24}$ to $2^{26}$ elements, within a few percent of it.
 # ```
 #
-# Each version issues fewer atomics, and each is faster, until the atomics no longer matter.
+# Up to 262,144 elements versions 1 and 2 are level: an H100 holds at most 132 x 2048 threads
+# (SMs x threads per SM), so there version 2 also launches about one thread, and one atomic, per
+# element. Each version issues fewer atomics, and each is faster, until the atomics no longer
+# matter.
 # What remains between the best version and the bandwidth line is, we claim, how the loads are
 # made (4 bytes at a time) and, at small sizes, the three launches per call. The first part of
 # that claim can be checked.
@@ -515,14 +523,13 @@ if counters:
     print(counters.table(["v2", "v3", "v4", "torch.sum"]))
 
 # %% [markdown]
-# Two readings. Version 2 keeps DRAM busy for a far smaller share of its time than the others,
-# yet it makes the same loads. Its time ends with one atomic per thread on one address, during
-# which no load is in flight, and DRAM throughput is an average over the kernel's whole
-# duration. Versions 3 and 4 have almost every warp slot filled ({term}`occupancy`), and their
-# warps spend most of each instruction's wait on memory; still DRAM is less busy than under
-# `torch.sum`. To keep memory busy the GPU needs *bandwidth x {term}`latency`*
-# {term}`bytes in flight` ({term}`Little's law`), and the width of each load is one lever. The
-# machine code shows the loads version 4 makes:
+# Two readings. Version 2 keeps DRAM busy for a far smaller share of its time, yet makes the
+# same loads. Its time ends with one atomic per thread on one address, with no load in flight,
+# and DRAM throughput averages over the whole kernel. Versions 3 and 4 fill almost every warp
+# slot ({term}`occupancy`) and their warps wait mostly on memory; still DRAM is less busy than
+# under `torch.sum`. Memory stays busy only with *bandwidth x {term}`latency`*
+# {term}`bytes in flight` ({term}`Little's law`); the width of each load is one lever. The
+# machine code shows version 4's loads:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 [(name, instructions)] = profile.sass(v4, "block_atomics").items()
@@ -533,19 +540,16 @@ print("loads in block_atomics:",
 print(profile.excerpt(instructions, r"LDG", 6))
 
 # %% [markdown]
-# Every global load of version 4 is an `LDG.E`, 4 bytes; none is 16 bytes wide (the first
-# line). The excerpt under it starts at the kernel's first load, which is in the branch for a
-# broadcast target: the instructions after it work out `i % target_len`. An MSE call, whose
-# target has the prediction's shape, skips that branch; its loop makes the same 4-byte loads.
-# Chapter 3 ends with 16-byte loads: four times the bytes per load instruction.
+# Every global load of version 4 is a 4-byte `LDG.E`, none 16 bytes wide (the first line). The
+# excerpt comes from the branch for a broadcast target (`i % target_len`), which MSE skips; its
+# loop makes the same loads. Chapter 3 ends with 16-byte loads.
 #
 # ## Summary
 #
 # - One {term}`atomic` per element is limited by how fast one address can be updated, not by
 #   memory: the rate of atomics hardly moves once the GPU is full (the contention table).
 # - The cure is fewer atomics: a register per thread with a {term}`grid-stride loop`, then a
-#   {term}`warp shuffle`, then the block's {term}`shared memory`. Each version issues fewer; the
-#   ladder table below says what each step is worth.
+#   {term}`warp shuffle`, then the block's {term}`shared memory`.
 # - Float atomics add in whatever order the hardware serves them: the same input gives several
 #   different results, and no atomic version matches `torch.mean`'s error. Chapter 4 fixes both.
 # - `torch.compile` stays ahead of every version. The profiler shows DRAM less busy than under
@@ -584,20 +588,24 @@ Markdown(results.speedup_table(rows, list(CHANGES), "mse", shape, baseline="v1",
 # `atomicAdd`. Edit `kernels/exercises/ch2_warp_atomics.cu` (its `TODO`) and run the check below
 # until it passes. **Target**: 32 times fewer atomics on the contended address should make it
 # much faster than version 1: the cell times both at $2^{24}$ elements and asks for 20 times.
-# Predict first: why not the full 32?
+# Predict first: why not the full 32? (The solutions measure it.) The rule: a shuffle with the
+# full mask `0xffffffff` must be reached by all 32 lanes of the warp.
 # ```
 #
 # ```{admonition} Hint
 # :class: dropdown
 # Five shuffle steps, offsets 16, 8, 4, 2, 1, as in version 3. And look at the `return` at the
-# top of the kernel: `__shfl_down_sync(0xffffffff, ...)` needs all 32 lanes to reach it, but the
-# lanes past the end of the input have left. Let them stay and contribute 0 instead.
+# top of the kernel: the lanes past the end of the input leave before the shuffles. Let them
+# stay and contribute 0 instead.
+#
+# Two names in the skeleton are new: `MseLoss` is the loss as a {term}`functor`, from
+# `kernels/common/losses.cuh`, and `a->workspace` is the binding's scratch memory, which holds
+# the running total here until `divide_by_n` writes the mean into `a->out`.
 # ```
 #
-# A kernel that breaks that rule is undefined, not necessarily wrong: on the GPU that made this
-# book's outputs, the early `return` left before the shuffles still gave the right sums, and
-# compute-sanitizer saw nothing. So after the values, the check reads your source for a `return`
-# before a full-mask shuffle (`kernels/exercises/ch2_checks.py`).
+# Breaking this rule is undefined, not necessarily wrong: on the book's GPU the early `return`
+# still gave the right sums. So the check also reads your source for a `return` before a
+# full-mask shuffle (`kernels/exercises/ch2_checks.py`).
 
 # %% tags=["nbval-ignore-output"]
 show_source("exercises/ch2_warp_atomics.cu")

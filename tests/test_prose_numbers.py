@@ -48,7 +48,6 @@ ALLOWED = {
     "4 GiB per tensor": "2^30 float32 values, chapter 1's largest input",
     "holds 16 GiB of GPU memory at once (two 4 GiB inputs":
         "a requirement from the input sizes (two inputs plus two eager temporaries), not a timing",
-    "a 4 GiB tensor has more bytes": "2^30 float32 values",
     "which moves 12 GiB": "bytes the subtract must move at 2^30 float32 elements (2 reads, 1 write)",
     "the power (8 GiB) and the mean (4 GiB)": "bytes those operations must move at 2^30 elements",
     "over a 4 GiB float32 tensor": "the size the read bandwidth is measured with",
