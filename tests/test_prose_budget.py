@@ -155,3 +155,16 @@ def test_every_term_link_has_an_entry():
                       for a, b in TERM.findall(p.read_text())
                       if " ".join((a or b).split()).lower() not in terms})
     assert not missing, missing
+
+
+def test_the_primer_is_short_and_says_its_reading_time():
+    """Issue 58, item 1: the CUDA primer is at most about 1,500 words of prose, and the minutes
+    it states are the count's (within one)."""
+    text = (ROOT / "book" / "cuda_primer.md").read_text()
+    words = prose_stats.words(prose_stats.core_path(text))
+    assert words <= 1500, f"the primer has {words} words of prose (budget 1500)"
+    stated = re.search(r"It takes about (\w+) minutes", text)
+    numbers = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+    assert stated and abs(numbers[stated[1]] - prose_stats.reading_minutes(words)) <= 1, \
+        f"the primer says {stated and stated[1]} minutes; its {words} words read in " \
+        f"{prose_stats.reading_minutes(words)}"
