@@ -116,7 +116,7 @@ del logits, target
 
 # %%
 rows, classes = 32768, 4096
-needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), 4)
+needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), element_size=4)
 intermediate = rows * classes * 4
 print(f"a fused kernel must read:         {needed / 2**20:7.0f} MiB (logits + int64 targets)")
 print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} "
