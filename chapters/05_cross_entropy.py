@@ -116,7 +116,7 @@ del logits, target
 
 # %%
 rows, classes = 32768, 4096
-needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), 4)
+needed = kernels.get_loss("cross_entropy").min_bytes((rows, classes), element_size=4)
 intermediate = rows * classes * 4
 print(f"a fused kernel must read:         {needed / 2**20:7.0f} MiB (logits + int64 targets)")
 print(f"log_softmax also writes:          {intermediate / 2**20:7.0f} "
@@ -222,15 +222,21 @@ print(f"torch.logsumexp  : {torch.logsumexp(row, dim=0).item():.6f}")
 # ## Version 1: a block per row, two passes
 #
 # The first kernel is the formula as written: one {term}`block` of 256 threads per row computes the
-# row's maximum (a block-wide max, as in chapter 3), then the sum of $e^{x_j - m}$, then the
-# row's loss. A second one-block kernel adds the rows' losses in a fixed order in float64
+# row's maximum (chapter 3's reduction with max in place of +). Then it computes the sum of
+# $e^{x_j - m}$, then the row's loss. A second one-block kernel adds the rows' losses in a fixed order in float64
 # (chapter 4: the same bits on every run) and divides by the number of rows not ignored.
 #
 # `kernels.cross_entropy.cross_entropy` is a drop-in for `F.cross_entropy` that runs a given
-# kernel; `check` compares it with PyTorch in float64.
+# kernel; `check` compares it with PyTorch in float64. Its `row_losses` also handles
+# `ignore_index`, `reduction` and a bad-target flag, defined in "PyTorch's semantics, exactly":
 
 # %%
-show_source("ch5_cross_entropy/v1_two_pass_row.cu")
+show_source("ch5_cross_entropy/v1_two_pass_row.cu",
+            "__global__ void __launch_bounds__(kThreads) row_losses",
+            "// Counts the rows not ignored", fold=False)
+
+# %%
+show_source("ch5_cross_entropy/v1_two_pass_row.cu", fold=True)
 
 # %% [markdown]
 # The block-wide max and sum are chapter 3's tree and chapter 4's shared header,
@@ -272,13 +278,15 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # %% [markdown]
 # ## The final version: the right amount of threads per row, wide loads, and the gradient
 #
-# Row length decides the layout. Each thread holds 32 values of its row in registers. A row
-# gets as few threads as hold it (the figure): one up to 32 classes, a warp up to 1024, a
-# block of 128 threads up to 4096. Every thread issues all its loads before any
-# arithmetic, so a warp has many bytes on their way whatever the row length. A row held in
-# registers costs one read of memory. Longer rows, such as LLM vocabularies, stream through
-# version 2's online softmax. When the logits require a gradient, the same kernel writes it
-# during the forward pass (the backward section below).
+# Row length decides the layout. Each thread holds 32 values of its row in registers: eight
+# 16-byte loads in float32, all in flight at once, in 32 registers, few enough that many warps
+# still fit on an SM. A row gets as few threads as hold it (the figure): one up to 32
+# classes, a warp up to 1024, a block of 128 threads up to 4096. Fewer threads per row keep
+# every thread's loads in use, and a row within a warp reduces with shuffles only, without
+# shared memory or `__syncthreads`. A row held in registers costs one read of memory. Longer
+# rows stream through version 2's online softmax. It writes the gradient in
+# the same pass (below). The row loop of `row_cached`, the kernel for rows held in registers
+# (its template arguments: dtype, threads per row, values per load, loads per thread):
 #
 # ```{admonition} Going deeper: short rows, odd lengths and dtypes
 # :class: dropdown
@@ -300,7 +308,12 @@ check(op_of(v2), "cross_entropy", rtol=1e-5)
 # ```
 
 # %%
-show_source("ch5_cross_entropy/v3_fused_rows.cu")
+show_source("ch5_cross_entropy/v3_fused_rows.cu",
+            "        // Every load of the row is issued before any arithmetic.",
+            "        const A lse = m + acc_log(s);", fold=False)
+
+# %%
+show_source("ch5_cross_entropy/v3_fused_rows.cu", fold=True)
 
 # %% tags=["gpu"]
 v3 = load("ch5_cross_entropy/v3_fused_rows.cu")
@@ -343,8 +356,7 @@ del logits, target
 # - `label_smoothing` $\varepsilon$: the target distribution puts $1-\varepsilon$ on the target
 #   class and $\varepsilon / C$ on every class.
 #
-# The exercise checks of this chapter (`kernels/exercises/ch5_checks.py`) test exactly these;
-# the final kernel passes them:
+# The exercise checks (`kernels/exercises/ch5_checks.py`) test these; the final kernel passes:
 
 # %% tags=["gpu"]
 assert check_ignore_index(v3)
@@ -372,9 +384,8 @@ print("version 2, a bad target:", op_of(v2)(logits, torch.tensor([0, 1, 10, 3], 
                                             reduction="none").isnan().tolist())
 
 # %% [markdown]
-# What the check costs: the final version at the KernelBench shape with and without it. The
-# course's timing keeps the GPU busy ahead of the host (`kernels.bench.time_ms`); a wait for the
-# GPU drains that lead, as it would in a training loop.
+# What the check costs at the KernelBench shape: its wait for the GPU drains the lead the
+# course's timing keeps over the GPU (`kernels.bench.time_ms`), as in a training loop.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(32768, 4096, device="cuda")
@@ -388,10 +399,8 @@ del logits, target
 # %% [markdown]
 # ## Robust on hard inputs, in every dtype
 #
-# The cases of the CPU cells above, on the GPU and at scale: logits of magnitude $10^4$, masked
-# ($-\infty$) classes, one dominating logit per row. Then float32, bfloat16 and float16 logits:
-# the kernel accumulates in float32, so its error against float64 PyTorch (on the same rounded
-# logits) is held to a tolerance for each dtype, printed on each line.
+# The CPU cells' hard cases, on the GPU and at scale, then float32, bfloat16 and float16 logits,
+# each against float64 PyTorch within its dtype's tolerance (printed on each line).
 
 # %% tags=["gpu"]
 g = torch.Generator(device="cuda").manual_seed(5)
@@ -422,18 +431,19 @@ for dtype, rtol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2), (torch.float1
 # \frac{\partial\, \text{loss}}{\partial x_{ij}} = \frac{p_{ij} - [j = t_i]}{N}
 # $$
 #
-# for the mean over $N$ rows not ignored (ignored rows get a zero gradient; with label
-# smoothing the one-hot becomes $(1-\varepsilon)[j=t_i] + \varepsilon/C$). Everything in it is
+# for the mean over $N$ rows not ignored (ignored rows get a zero gradient). Everything in it is
 # known once the row's log-sum-exp is, so the final kernel writes it while the row is still in
 # its registers. Training then reads the logits once and writes the gradient once, where
 # PyTorch runs `log_softmax` and `nll_loss` forward, then their two backward kernels.
 #
-# ```{admonition} Going deeper: the guess of grad_output, and how the gradient is checked
-# :class: dropdown
 # The forward cannot know `grad_output` yet: it writes the gradient times a guess of it (the
-# last backward's, 1 at first), and the backward only multiplies by the real `grad_output` over
-# that guess. Both are read on the GPU, so nothing synchronises, and when the guess was right,
-# as for a constant loss scale, the backward has nothing to do.
+# last backward's, 1 at first), and the backward multiplies by the real `grad_output` over that
+# guess. When the guess was right, as for a constant loss scale, the backward has nothing to do.
+#
+# ```{admonition} Going deeper: the guess on the GPU, and how the gradient is checked
+# :class: dropdown
+# The guess and `grad_output` are both read on the GPU, so nothing synchronises. With label
+# smoothing the one-hot becomes $(1-\varepsilon)[j=t_i] + \varepsilon/C$.
 #
 # `torch.autograd.gradcheck` compares the analytic gradient with finite differences in
 # float64. It differentiates one graph several times, which the fused gradient (scaled in
@@ -475,11 +485,10 @@ for kwargs in ({}, {"reduction": "sum"}, {"label_smoothing": 0.1}):
 # %% [markdown]
 # ## Throughput against row length
 #
-# One cell measures everything: each version, PyTorch eager, `torch.compile` and, if it is
-# installed, Liger-Kernel's fused Triton cross-entropy, on float32 logits with about $2^{27}$
-# elements per shape, from 10 classes per row up to 128256. Effective bandwidth counts the bytes
-# that must be read (the logits and the int64 targets). The same cell times training, forward
-# plus backward, at the KernelBench shape, 32768 x 4096.
+# One cell times each version, eager PyTorch, `torch.compile` and Liger-Kernel's Triton
+# cross-entropy (if installed) on float32 logits of about $2^{27}$ elements, from 10 to 128256
+# classes per row, and training at the KernelBench shape. Effective bandwidth counts the bytes
+# that must be read (the logits and the int64 targets).
 #
 # **Predict.** Version 1 reads each row twice, version 2 once. Which is faster at 4096 classes
 # per row, and which at 128256?
@@ -538,8 +547,7 @@ ch.save(measurements)
 print(f"{len(measurements)} measurements saved")
 
 # %% [markdown]
-# Every shape has about the same number of bytes, so the x axis is the row length: this plot
-# puts classes, not elements, on it.
+# Every shape has about the same bytes, so the plot's x axis is the row length.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
@@ -612,13 +620,15 @@ train_names = list(dict.fromkeys(
 Markdown(against(results, train_names, "cross_entropy_fwd_bwd", (32768, 4096)))
 
 # %% [markdown]
-# Liger-Kernel's forward is slow here for a reason outside its kernel. Before launching it,
-# each call waits for the GPU three times: it counts the rows not ignored with `.item()` and
-# checks the targets' range with two `assert`s on GPU tensors. One such wait is what
-# `check_targets=True` adds to our kernel, and the lines under that cell show its cost.
+# Liger-Kernel's forward is slow here for a reason outside its kernel: each call waits for the
+# GPU three times before launching it.
 #
 # ````{admonition} Going deeper: what Liger-Kernel's forward does, from its source
 # :class: dropdown
+# It counts the rows not ignored with `.item()` and checks the targets' range with two
+# `assert`s on GPU tensors. One such wait is what `check_targets=True` adds to our kernel, and
+# the lines under that cell show its cost.
+#
 # In `src/liger_kernel/ops/cross_entropy.py` of
 # [linkedin/Liger-Kernel](https://github.com/linkedin/Liger-Kernel) (read at its main branch of
 # 2026-08, after release 0.8.2; the chapter's run installed 0.8.5), `cross_entropy_forward`
@@ -655,12 +665,15 @@ Markdown(
 # %% [markdown]
 # The final version is faster than eager PyTorch at every shape, and faster than
 # `torch.compile` at every shape but 1024 classes (the GB/s table); in training it is ahead of
-# both (the training table). Short rows are the hardest: as few threads per row as hold it
-# bring them to more than half of the bandwidth at 10 classes, still short of the long rows.
+# both (the training table). The ratio to `torch.compile` above is taken at 4096 classes,
+# where `torch.compile` dips below its neighbours in the GB/s table, so it is the largest of
+# the sweep. The final version's four changes are not measured one by one
+# here.
 #
-# ```{admonition} Going deeper: what is left at 1024 classes
+# ```{admonition} Going deeper: what is left at short rows and at 1024 classes
 # :class: dropdown
-# At 1024 classes a warp per row holds eight 16-byte loads per lane; fewer threads per row with
+# Short rows are the hardest: as few threads per row as hold it bring them to more than half of
+# the bandwidth at 10 classes, still short of the long rows. At 1024 classes a warp per row holds eight 16-byte loads per lane; fewer threads per row with
 # more loads each is the next thing to try there.
 # ```
 #
@@ -693,14 +706,16 @@ if counters:
 
 # %% [markdown]
 # Both explanations hold. Version 1 reads as many bytes from DRAM as version 2: its second pass
-# is served by the caches. And version 2 executes many more instructions, keeps the `exp` unit
-# (MUFU) busy twice as long and nearly fills the issue slots at 1024 classes: it is limited by
-# instructions, not by memory. The final version computes each `exp` once.
+# is served by the caches (at 1024 classes by L1, as the L2 hit rate is low there). And
+# version 2 executes many more instructions and keeps MUFU (the special-function unit that
+# computes `exp`) busy twice as long. At 1024 classes it nearly fills the issue slots (the
+# cycles in which the SM starts an instruction): it is limited by instructions, not memory. The final version computes each `exp` once.
 #
 # **Predict.** In bfloat16 the same bytes hold twice the values. How many times float32's
 # instructions does the final version execute on bfloat16 logits of the same size? The profile
 # below: the same 256 MiB in float32 (32768 x 2048) and bfloat16 (32768 x 4096), and float32
-# rows of 3000 classes, all held in registers:
+# rows of 3000 classes, all held in registers. The last fills three quarters of its tile of
+# 4096 values: a check on what a partial tile costs.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 TWO_DTYPES = '''
@@ -734,10 +749,9 @@ if counters:
 # row's 128 threads, the loss. A longer row in the same tile pays them once for more values.
 # ```
 #
-# Both dtypes keep the issue slots busy most of the time. That is why the final version
-# computes $e^{x - m}$ as one multiply and one `MUFU.EX2` (`ex2.approx`) instead of `expf`'s
-# longer sequence. Chapter 1's rule, count the bytes, holds as long as the instructions per byte
-# stay below what the {term}`SMs <SM>` issue; a kernel's profile says how close it is.
+# Both dtypes keep the issue slots busy most of the time (the FMA pipe does the adds and
+# multiplies). That is why the final version computes $e^{x - m}$ as one multiply and one
+# `MUFU.EX2` (`ex2.approx`) instead of `expf`'s longer sequence.
 #
 # ```{admonition} Going deeper: partial tiles, expf, and the longest rows
 # :class: dropdown
@@ -765,7 +779,7 @@ if counters:
 #   the row in registers. It beats eager PyTorch at every shape, `torch.compile` at every shape
 #   but one, and both in training, forward plus backward (the tables above).
 # - Count the bytes, then watch the instructions: in bfloat16 the same bytes hold twice the
-#   values, which is why the final version computes its exponentials with `ex2.approx`.
+#   values, and instruction issue, not bytes, comes close to the limit; hence `ex2.approx`.
 #
 # The ladder at the KernelBench shape, each version against the one before and against
 # version 1:
@@ -781,10 +795,8 @@ Markdown(kernels.results.speedup_table(results, VERSIONS, "cross_entropy", (3276
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise is a kernel file under `kernels/exercises/` for you to edit, and a cell that
-# builds it and checks it against PyTorch, printing one PASS or FAIL line per case. The
-# skeletons compile and run; they fail the check until you finish them. Solutions are in
-# {doc}`../solutions/ch5_solutions`.
+# Each exercise is a kernel file under `kernels/exercises/` and a cell that checks it against
+# PyTorch, one PASS or FAIL line per case. Solutions are in {doc}`../solutions/ch5_solutions`.
 
 # %% [markdown]
 # ```{exercise}
@@ -793,8 +805,9 @@ Markdown(kernels.results.speedup_table(results, VERSIONS, "cross_entropy", (3276
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
 # `kernels/exercises/ch5_ignore_index.cu` computes the cross-entropy of every row whose target
-# is a class, but knows nothing of `ignore_index`: a target of $-100$ is taken for a bad
-# target: its row adds nothing to the loss, but the mean still counts it. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
+# is a class, but knows nothing of `ignore_index`. It reports a target of $-100$ as out of range
+# (the bad-target flag) and gives its row a loss of 0: the row adds nothing, but the mean still
+# counts it. Make rows whose target equals `a.ignore_index` add nothing, and make the mean divide
 # by the number of rows that are not ignored, as PyTorch does. The check also uses an
 # `ignore_index` that is a real class (3), and a batch where every row is ignored.
 # **Target**: ignoring rows must cost nothing measurable: 95% of version 1's speed or better at

@@ -117,8 +117,8 @@ for warning in caught:
 # %% [markdown]
 # The op runs, and `backward()` finishes without an error, but `pred.grad` is `None`: autograd
 # knows nothing about the op and treats its result as a constant, after a warning a training
-# script never shows. An optimiser step with it changes no weight. Chapters 2 to 4 build only
-# forward kernels, so `kernels.load` now gives each of their ops a backward that raises instead:
+# script never shows. Chapters 2 to 4 build only forward kernels, so `kernels.load` now gives
+# each of their ops a backward that raises instead:
 
 # %% tags=["gpu"]
 try:
@@ -141,8 +141,7 @@ except Exception as error:
 # %% [markdown]
 # An operator needs two more registrations: a **fake kernel** (`torch.library.register_fake`)
 # that returns empty tensors of the right shape and dtype, and an **autograd formula**
-# (`torch.library.register_autograd`) that says what the backward computes. Before writing
-# them, the gradients themselves.
+# (`torch.library.register_autograd`) that says what the backward computes.
 #
 # ## The gradients, and a forward that writes them
 #
@@ -173,8 +172,8 @@ except Exception as error:
 # and benchmark all come from that entry; `CONTRIBUTING.md` says how.
 # ```
 #
-# Each loss is declared once, as a functor with its value and its derivative. Chapters 3 and 4
-# used only the value:
+# Each loss is declared once, as a functor (a struct called like a function) with its value
+# and its derivative. Chapters 3 and 4 used only the value:
 
 # %%
 show_source("common/losses.cuh")
@@ -184,14 +183,17 @@ show_source("common/losses.cuh")
 # float32 element), then reads them again and writes the gradient in the backward (12 more):
 # 20 bytes. The forward already has $p$ and $t$ in {term}`registers <register>`, so it can write
 # $\partial\ell/\partial p$ for `grad_output` $= 1$ at once: 8 bytes read, 4 written, 12 in all,
-# and the backward has nothing left to read.
+# and the backward has nothing left to read. Hinge's target is one row shared by every row, so
+# its step moves 8 bytes per element, and a scaling pass (8 more) costs as much as its forward.
 #
 # **A guess of `grad_output`.** When `grad_output` is not 1 (a weighted loss, or the loss
 # scaling of mixed precision), the backward must scale the stored gradient: 8 bytes more, 20
 # in all. But a training loop passes the same `grad_output` step after step. So the forward
 # multiplies the gradient by a guess, the `grad_output` of this loss's last backward, kept on
 # the GPU. When the guess was right the backward has nothing to do: 12 bytes. A wrong guess
-# costs the 8 bytes, never the result.
+# costs the 8 bytes, never the result. With a loss scale of 1024, step 1 guesses 1 and pays the
+# scaling pass. From step 2 the guess is 1024 and the backward does nothing. The step after
+# the scale drops to 512 pays the 8 bytes once.
 #
 # ```{dropdown} Going deeper: how the guess is kept, and where there is none
 # PyTorch's `GradScaler` changes its scale after 2000 steps or an overflow, so its guesses are
@@ -213,14 +215,16 @@ show_source("common/fused_loss.cuh", "template <class Loss, class T, bool kGrad>
             "// This thread's part")
 
 # %% [markdown]
-# The forward multiplies by `guess_factor`, and the backward divides by it: a guess too small
-# or too large to multiply by safely counts as 1 in both:
+# In `pack_step`, `p` and `t` hold the 8 bytes read per element, `*g = grad` writes the 4 of
+# the gradient, and the `width` loop adds the pack's losses pairwise. The forward multiplies by
+# `guess_factor`, and the backward divides by it: a guess too small or too large to multiply by
+# safely counts as 1 in both:
 
 # %%
 show_source("common/cuda_utils.cuh", "__device__ __forceinline__ float guess_factor")
 
 # %% [markdown]
-# The backward, for every loss:
+# The backward, for every loss; `if (g == 1.0f) return;` is the right guess's exit:
 
 # %%
 show_source("common/fused_loss.cuh", "// The backward of \"mean\" and \"sum\"",
@@ -246,7 +250,8 @@ fused
 
 # %% [markdown]
 # Each loss op returns two tensors: the loss, and the gradient for `grad_output` $= 1$ when the
-# last argument, `want_grad`, asks for it. The schema `kernels.load` registered for them:
+# argument `want_grad` asks for it (the last, `grad_guess`, is the guess). The registration
+# `kernels.load` generated; the schema strings are macros of `kernels/bindings/fused_loss.cpp`:
 
 # %%
 print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "FusedLossArgs")]))
@@ -254,7 +259,7 @@ print(registration("fused", [("mse", "FusedLossArgs"), ("loss_scale_grad", "Fuse
 # %% [markdown]
 # ## Fake kernels and autograd formulas
 #
-# `kernels/operators.py` registers the two missing pieces for every op of a kernel file when
+# `kernels/ops/operators.py` registers the two missing pieces for every op of a kernel file when
 # `kernels.load` builds it. The fake kernel of a loss op computes shapes only:
 
 # %%
@@ -264,10 +269,12 @@ show_source("ops/operators.py", "def _fake_fused_loss", "def _register_fused_los
 # The autograd formula has two halves. `setup_context` runs after the forward and keeps what
 # the backward needs: the gradient the forward wrote (and the inputs, only if the target needs
 # a gradient too), and the guess it multiplied by. `backward` multiplies that gradient by
-# `grad_output / guess`, in place, and keeps `grad_output` as the next forward's guess:
+# `grad_output / guess`, in place, and keeps `grad_output` as the next forward's guess. Both
+# are built once per op by `_fused_loss_autograd`, whose arguments they use (`forward` is the
+# op, `scale_grad` the file's scaling op); `grad_guess` and `get_loss` are imports:
 
 # %%
-show_source("ops/operators.py", "    def setup_context(ctx, inputs, output):",
+show_source("ops/operators.py", "def _fused_loss_autograd(",
             "    return setup_context, backward")
 
 # %% [markdown]
@@ -275,12 +282,15 @@ show_source("ops/operators.py", "    def setup_context(ctx, inputs, output):",
 # differentiated, and without this line autograd would write a tensor of zeros as its
 # "gradient" before every backward, 4 more bytes per element.
 #
-# ```{dropdown} Going deeper: the backward under torch.compile, and one registration per build
 # Under `torch.compile` the backward is traced too, and the saved gradient is then a
-# *functional* tensor that may not be written to (AOTAutograd's graphs are functional). There
-# the backward multiplies out of place. `torch.library.opcheck` finds the in-place version: it
-# fails with "Node mul was invalid, but is output".
-#
+# *functional* tensor, a subclass of `torch.Tensor` that may not be written to. `scale`, which
+# the backward calls, tests `type(grad)` and multiplies out of place there:
+
+# %%
+show_source("ops/grad_guess.py", "def scale(", "    return grad")
+
+# %% [markdown]
+# ```{dropdown} Going deeper: one registration per build
 # Each build of a kernel file has its own namespace (its name holds a hash of its sources),
 # and `kernels.load` registers once per namespace. Running a cell that builds a kernel again
 # returns the cached build and registers nothing twice, which is what makes
@@ -332,8 +342,10 @@ for name in kernels.losses.ELEMENT_WISE:
                   f"{reduction:<4}  loss and d/dpred within {rtol:.0e} of float64")
 
 # %% [markdown]
-# (`tests/gpu/test_operators.py` also checks float16, the target's gradients, NaN, empty
-# inputs and arguments that must raise.)
+# ```{dropdown} Going deeper: what the GPU tests add
+# `tests/gpu/test_operators.py` also checks float16, the target's gradients, NaN, empty
+# inputs and arguments that must raise.
+# ```
 #
 # ### `opcheck`
 #
@@ -341,7 +353,7 @@ for name in kernels.losses.ELEMENT_WISE:
 # undeclared mutation, no output aliasing an input), and an autograd formula registered. The
 # fake kernel must give the real one's shapes and dtypes, and AOTAutograd, the part of
 # `torch.compile` that traces forward and backward, the same results as eager mode. For each
-# loss op, with a gradient wanted:
+# loss op, with `reduction` 1 ("mean"), the loss's parameter 1.0 and `want_grad`:
 
 # %% tags=["gpu"]
 for name in kernels.losses.ELEMENT_WISE:
@@ -410,10 +422,9 @@ print("gradient after replay within 1e-6 of 8 (p - t) / n:",
 # %% [markdown]
 # ## Cross-entropy without the host wait
 #
-# Chapter 5's cross-entropy, by default, read a flag back from the GPU after every call, to
-# raise an `IndexError` for an out-of-range target. Reading it makes the host wait for the
-# GPU, so the host can no longer queue the next kernels while the GPU works. Chapter 4's
-# lesson was that an op must not wait on the host.
+# Reading a flag back from the GPU after every call, to raise an `IndexError` for an
+# out-of-range target, would make the host wait for the GPU, and chapter 4's lesson was that an
+# op must not.
 #
 # ```{dropdown} Going deeper: three ways to report a bad target
 #
@@ -424,8 +435,8 @@ print("gradient after replay within 1e-6 of 8 (p - t) / n:",
 # | an assertion in the kernel that reads the target (PyTorch's `nll_loss`) | nothing | a device-side assertion at the next synchronisation | yes |
 # ```
 #
-# We chose an assertion in the kernel, as PyTorch did: the row kernel already compares every
-# target with the number of classes, and on a bad one it now stops with `assert`. No call
+# We chose an assertion in the kernel, as PyTorch did: the row kernel stops with `assert` on a
+# bad target. No call
 # waits, and a bad target still becomes a Python error at the next synchronisation. As in
 # PyTorch, the error is final: a device-side assertion leaves the process's CUDA context
 # unusable. That is why we show it in a separate process:
@@ -452,9 +463,8 @@ for line in (run.stdout + run.stderr).splitlines():
         print(line.split("block: ")[-1][:160])
 
 # %% [markdown]
-# For debugging a data pipeline, `check_targets=True` checks the targets on the host first and
-# raises an `IndexError` that names the row. It costs a read of the targets and a wait for the
-# GPU, so it is off by default.
+# For debugging, `check_targets=True` checks the targets on the host first and names the row
+# (chapter 5).
 
 # %% tags=["gpu"]
 logits = torch.randn(64, 10, device="cuda")
@@ -469,10 +479,9 @@ except IndexError as error:
 # ## What it costs: forward and backward against PyTorch
 #
 # A training step's loss work, `loss = f(pred, target); loss.backward()`, for eager PyTorch,
-# `torch.compile` of the same expression, and our operator. Ours also runs with the loss
-# multiplied by 1024 at every step, as mixed precision's gradient scaling does ("x1024": the
-# guess is right from the second step on). Last, by 1024 and 512 in turn ("x1024 or x512":
-# every guess is wrong). Effective {term}`bandwidth` counts the bytes a step must move:
+# `torch.compile` of the same expression, and our operator. Ours also runs with the loss times
+# 1024 at every step ("x1024", as mixed precision's loss scaling), and times 1024 and 512 in
+# turn ("x1024 or x512": every guess wrong). Effective {term}`bandwidth` counts the bytes a step must move:
 # the inputs read once and the gradient written once.
 #
 # **Predict first.** For MSE at the largest size, if both steps ran at the bandwidth limit,
@@ -539,7 +548,9 @@ plt.show()
 
 # %% tags=["nbval-ignore-output"]
 PROVIDERS = ["eager", "torch.compile", "ours", "ours, x1024", "ours, x1024 or x512"]
-Markdown("\n\n".join(results.markdown_table(rows, PROVIDERS, f"{name}_fwd_bwd")
+TITLES = {"mse": "MSE", "hinge": "Hinge"}  # a title per table: their headers are the same
+Markdown("\n\n".join(f"**{TITLES[name]}**, forward and backward:\n\n"
+                      + results.markdown_table(rows, PROVIDERS, f"{name}_fwd_bwd")
                       for name in ("mse", "hinge")))
 
 # %% [markdown]
@@ -575,19 +586,19 @@ for name in ("mse", "smooth_l1", "hinge"):
 # ```
 #
 # No training loop changes its scale at every step: the last column is what a wrong guess
-# costs. At small sizes every step is a few launches long, and in a training loop the host's
-# autograd work decides.
+# costs.
 #
 # ```{dropdown} Going deeper: the guess's cost in more turns, and small sizes
+# At small sizes every step is a few launches long, and in a training loop the host's
+# autograd work decides.
 # `bench/guess_cost.py` times each loss's plain and "x1024" steps in more turns, and lists the
 # kernels of one step of each. At small sizes the GPU's time is the launches', and the host's
 # autograd work is longer still; the timing here sleeps long enough before each step to leave
 # the host out ({doc}`../book/timing`).
 # ```
 #
-# Nsight Compute counts the bytes of one MSE training step at $2^{26}$ float32 elements: every
-# kernel launched between `torch.cuda.profiler.start()` and `stop()`, the caches flushed before
-# each kernel.
+# Nsight Compute counts the bytes of one MSE training step at $2^{26}$ float32 elements, every
+# kernel of it, the caches flushed before each.
 #
 # **Predict first.** How many bytes per element does each step read, and how many does it
 # write? Count what `torch.compile`'s forward must save for its backward.
@@ -639,8 +650,8 @@ for name, loss in (("ours", "ops.mse"), ("torch.compile", "torch.compile(F.mse_l
 # ## bfloat16: half the bytes
 #
 # In bfloat16 every element is 2 bytes, so at the bandwidth limit the same loss takes half the
-# time. Our kernels convert to float32 in registers and accumulate in float32 (the check
-# above); PyTorch's eager loss runs its element-wise ops in bfloat16 kernels one after another.
+# time. Our kernels accumulate in float32 (the check above); PyTorch's eager loss runs its
+# element-wise ops in bfloat16 kernels one after another.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 bf16 = []
@@ -672,8 +683,7 @@ for m in bf16:
 #
 # - a regression MLP with MSE, and the same MLP with Smooth L1 on targets with outliers;
 # - a linear classifier with the hinge loss on labels $\pm 1$;
-# - a character-level language model with cross-entropy, trained on this book's own text (no
-#   download).
+# - a character-level language model with cross-entropy, trained on this book's own text.
 #
 # If our forward or backward were wrong anywhere, the curves would part.
 
@@ -822,9 +832,8 @@ kernels.plot.legend(fig)  # one legend for the four panels, below them
 plt.show()
 
 # %% [markdown]
-# The curves lie on top of each other. From the same weights and batches the two runs take
-# the same steps up to the order of float32 sums. The columns "steps 1-10" and "rel. diff"
-# (of the final losses) give the relative differences.
+# The curves lie on top of each other: the two runs take the same steps up to the order of
+# float32 sums (the columns "steps 1-10" and "rel. diff" of the final losses).
 #
 # ```{dropdown} Going deeper: why the language model's runs drift apart
 # The regression and hinge runs stay within about $10^{-7}$ to the end. The language model's
@@ -834,11 +843,15 @@ plt.show()
 # checks.
 # ```
 #
-# Per step (the last two columns), our runs are slower than PyTorch's in most rows; in runs
-# this short the host's timing is noisy. These models are so small that a step is the host's
-# work (Python, autograd, the optimiser), and our loss's autograd formula is Python, called
-# through `torch.library`'s wrapper. The host's time for the loss alone, forward and
-# backward, on the language model's shape:
+# Per step (the last two columns), our runs are slower than PyTorch's in most rows: on models
+# this small a step is the host's work, and our autograd formula is Python. The host's time
+# for the loss alone, forward and backward, on the language model's shape:
+#
+# ```{dropdown} Going deeper: why the host decides here
+# In runs this short the host's timing is noisy. A step of these models is Python, autograd
+# and the optimiser on the host; our loss's autograd formula is Python, called through
+# `torch.library`'s wrapper.
+# ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
 logits = torch.randn(2048, len(alphabet), device="cuda", requires_grad=True)
@@ -874,9 +887,8 @@ for label, loss_fn in (("F.cross_entropy", F.cross_entropy),
 # - On models this small a step is the host's work, and our Python autograd formula costs the
 #   host more per call than PyTorch's.
 #
-# The chapter builds one operator, not a ladder of versions, so its table is what it measured
-# at its largest size (the rows it saved): a training step's loss work, and the forward's time
-# in bfloat16 over float32.
+# With one operator and no ladder of versions, the table is what the chapter measured at its
+# largest size: a training step's loss work, and the bfloat16 forward's time over float32's.
 
 # %% tags=["nbval-ignore-output"]
 steps, forwards = ch.rows(), ch.rows("ch6_bf16")
@@ -908,18 +920,20 @@ Markdown("\n".join(lines))
 # Add a loss operator: log-cosh, $\ell = \log\cosh(p - t)$, a smooth cousin of Smooth L1.
 # `kernels/exercises/ch6_log_cosh.cu` declares it as a functor for
 # `kernels/common/fused_loss.cuh` (shown below), which turns it into the whole operator:
-# forward and backward in one pass, three dtypes, three reductions; `kernels/operators.py`
+# forward and backward in one pass, three dtypes, three reductions; `kernels/ops/operators.py`
 # registers its fake kernel and autograd formula when it is built. Write its value and its
 # derivative. The check compares both with $\log\cosh(p - t)$ computed by PyTorch in float64,
 # including differences of several hundred, where $\cosh$ overflows float32. **Target**: a
 # training step at $2^{26}$ elements at 95% of the speed of `ops.mse` or better. Both read the
 # same bytes and write the same gradient: do the `exp` and `log1p` hide behind the memory
-# traffic? Both are timed in GPU time with the host queued ahead (`bench.queued_ms`), because
-# autograd's bookkeeping can take the host longer per step than the GPU takes to run it.
+# traffic?
 # ```
 #
 # ```{admonition} Hint
 # :class: dropdown
+#
+# Both are timed in GPU time with the host queued ahead (`bench.queued_ms`), because
+# autograd's bookkeeping can take the host longer per step than the GPU takes to run it.
 #
 # $\cosh d = \frac{e^{|d|}}{2}(1 + e^{-2|d|})$. Take the logarithm of that product, and use
 # `log1pf` for the small term. The derivative of $\log\cosh d$ is a function you know.
@@ -949,7 +963,7 @@ if ch.exercise("exercises/ch6_log_cosh.cu", check_log_cosh):
 #
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
-# The backward of `kernels/operators.py` multiplies the saved gradient by `grad_output` in
+# The backward of `kernels/ops/operators.py` multiplies the saved gradient by `grad_output` in
 # place in eager mode, and out of place when traced by `torch.compile`. Predict what breaks if
 # it always wrote in place, then try it. Remove the `type(grad) is not torch.Tensor` branch of
 # `scale` in `kernels/ops/grad_guess.py` (the backward calls it), restart the notebook, and run

@@ -133,9 +133,10 @@ if not CLUSTERS:
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
 #
-# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an opt-in). The hardware schedules them at the same time on SMs of one GPC, and they can read and
+# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an opt-in). The hardware schedules them at the same time on SMs of one GPC (a group of SMs), and they can read and
 # write each other's **shared memory** (distributed shared memory, DSMEM) and wait on a
-# **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes / 32 KB)`. Each block copies its slice of the row into its own shared memory and keeps it
+# **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes / 32 KB)`, at most 16. A slice of 32 KB is 128 threads with 16 copies of 16
+# bytes each in flight, small enough that several blocks share an SM. Each block copies its slice of the row into its own shared memory and keeps it
 # there until it has written the slice's gradient:
 #
 # ```{figure} ../book/images/ch7_cluster.svg
@@ -149,7 +150,12 @@ if not CLUSTERS:
 # in it, `cluster.map_shared_rank(ptr, r)` turns an address of this block's shared memory into
 # the same address in block `r`'s, and `cluster.sync()` is the barrier. The launch names the
 # cluster's size with `cudaLaunchKernelEx` and a `cudaLaunchAttributeClusterDimension`. The
-# whole kernel:
+# exchange, once each block has its slice's max `shift` and sum `s`: thread 0 leaves them in
+# shared memory, and lane `r` of every warp reads block `r`'s pair through DSMEM.
+
+# %%
+show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "    if (n > 1) {  // one exchange",
+            "        cluster.barrier_arrive();", fold=False)
 
 # %%
 show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu",
@@ -160,36 +166,33 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu",
 # Three details matter:
 #
 # - **The copy into shared memory is `cp.async`**: 16 bytes from global to shared memory
-#   without a register in between, all of a block's copies in flight at once. With the slice in
-#   shared memory, 6 or 7 blocks of 128 threads fit on an SM, as many as its shared memory holds
-#   (the Nsight Compute table below).
-# - **Every block computes the same {term}`log-sum-exp`, bit for bit**: each {term}`warp` adds the `n` blocks'
-#   partial sums in the same fixed order, so no block needs to be told the result.
-# - **A block must not exit while its peers still read its shared memory.** After the last
-#   DSMEM read each block *arrives* on the cluster barrier and *waits* on it only after writing its gradient. The wait then costs nothing in the common case.
+#   without a register in between, all of a block's copies in flight at once.
+# - **Every block computes the same {term}`log-sum-exp`, bit for bit**: each {term}`warp` adds
+#   the `n` blocks' partial sums in the same order (the `warp_sum` lines above).
+# - **A block must not exit while peers read its shared memory**: it *arrives* on the cluster
+#   barrier after its last DSMEM read and *waits* after writing its gradient, at no cost.
 #
-# Everything else is chapter 5's version 3: the file includes `v3_fused_rows.cu` (the loader
-# splices it in) and sends it the rows the cluster kernel does not take. That includes every row
-# on **GPUs before Hopper**: on Colab's T4 (sm_75) the file compiles, and the cluster kernel is
-# empty there.
+# Everything else is chapter 5's version 3: the file includes `v3_fused_rows.cu` and sends it
+# the rows `launch_cluster` (below) does not take, every row on GPUs before Hopper included:
 #
-# ```{dropdown} Going deeper: registers or shared memory, and the rows version 3 takes
+# - rows of 4096 classes or fewer (one block's registers hold them);
+# - rows whose length is not a multiple of 16 bytes (GPT-2's 50257 classes);
+# - rows longer than 16 slices of 112 KB (16 blocks is the cap);
+# - float64, and the forward alone when a row needs more than one block.
+#
+# ```{dropdown} Going deeper: registers or shared memory
 # Holding the slice in registers (64 values per thread) takes 128 registers per thread, which
 # allow 2 blocks per SM, and that kernel's forward ran well below version 3's {term}`bandwidth`
 # (`bench/PERFLOG.md` has the measurements). In shared memory the Nsight Compute table below
 # shows 7 blocks per SM for bf16 rows of 128256 classes and 6 for fp32 rows of 131072, whose
 # slices are a full 32 KB (each block also takes the 1 KB of shared memory CUDA reserves per
-# block).
-#
-# The rows that go to version 3's path: rows of up to 4096 classes (one block's registers hold
-# them), rows not a multiple of 16 bytes long (odd vocabularies such as GPT-2's 50257), rows
-# longer than 16 slices of 112 KB, float64, and the forward alone when a row spans several
-# blocks (with no gradient to write, one streaming read of the row is all the forward needs).
+# block). The forward alone over multi-block rows goes to version 3 because, with no gradient
+# to write, one streaming read of the row is all it needs.
 # ```
 
 # %%
 show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "static bool launch_cluster",
-            "template <class T> static void launch_rows", fold=True)
+            "        if (!a->grad && n > 1) return false;", fold=False)
 
 # %% [markdown]
 # ## Correct first
@@ -198,8 +201,11 @@ show_source("ch7_llm_cross_entropy/v4_cluster_rows.cu", "static bool launch_clus
 # clusters of 1 to 16 blocks, and one (262150 classes, not a multiple of 16 bytes) that falls back to streaming. A fifth of the rows are ignored, with label smoothing 0.1, `grad_output` 2.5. The column
 # "kernel" is what the profiler saw run (`kernels.notebook.kernels_launched`), with the cluster's
 # size from the launch rule.
-# (The GPU tests, `tests/gpu/test_llm_cross_entropy.py`, add -inf and NaN logits, rows with
-# every target ignored, determinism over 20 runs and `torch.library.opcheck`.)
+#
+# ```{dropdown} Going deeper: what the GPU tests add
+# The GPU tests, `tests/gpu/test_llm_cross_entropy.py`, add -inf and NaN logits, rows with
+# every target ignored, determinism over 20 runs and `torch.library.opcheck`.
+# ```
 
 # %% tags=["gpu"]
 v4 = load("ch7_llm_cross_entropy/v4_cluster_rows.cu")
@@ -346,16 +352,10 @@ Markdown("\n".join(lines))
 # %% [markdown]
 # The chapter's targets, as ratios to this GPU's own bandwidth: forward+backward within 1.15x
 # of the bound in each dtype, and the bf16 forward at 97% of the read bandwidth or more (each
-# PASS or MISS line names its threshold).
-#
-# ```{dropdown} Going deeper: why the forward rows beat their bound column
-# The bound columns come from the copy bandwidth: a time in the first table, the bandwidth
-# itself in the second. The forward rows only read, so their bound is the read bandwidth
-# printed at the top of the chapter, a little higher. That is why version 4 measures above the
-# column at every row length, and version 3 at 65536 and 131072 classes, at the read bandwidth
-# within the timing's noise. For the forward the targets take whichever path version 4
-# chooses.
-# ```
+# PASS or MISS line names its threshold). Two things in the forward table: its bound column is
+# the copy bandwidth, but a forward only reads, so it can beat that column (its bound is the
+# read bandwidth printed at the top). At 65536 and 131072 classes, v3 and v4 run the same kernel:
+# the forward alone over rows of several slices goes to version 3.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 v4_name = "v4 (cluster)"
@@ -399,8 +399,8 @@ for other in ("v3 (chapter 5)", "torch.compile", "Liger-Kernel"):
 # and Liger-Kernel (a column only where it is installed).
 # ```
 #
-# The forward+backward steps end within a few percent of the 1.15x line, close enough that a
-# run can fall on either side of it. The bf16 forward at 32768 x 16384 makes its target by
+# The forward+backward steps end within a few percent of the 1.15x line, on either side of it
+# from run to run. The bf16 forward at 32768 x 16384 makes its target by
 # the smallest margin. Where does that call's time go? PyTorch's profiler lists the kernels of
 # one call and their times on the GPU:
 
@@ -442,15 +442,13 @@ del x, t
 # fence and an {term}`atomic`.
 # ```
 #
+# ```{dropdown} Going deeper: the clear of L2, part of the fixed cost
 # Part of a call's fixed cost can be the measurement's own. Every timed call follows a clear of
 # {term}`L2 <L2 cache>` ({doc}`../book/timing`). The course clears it by reading a buffer;
 # `triton.testing.do_bench` writes one. The cell below times this call and `torch.sum` over the
-# same logits both ways:
-#
-# ```{dropdown} Going deeper: why a clear by writing costs the timed call
-# Cleared by writing a 256 MB buffer, L2 is left full of modified lines, and the timed call
-# writes them back to memory as its reads evict them. Cleared by reading a buffer, L2 holds
-# only clean lines, which cost nothing to evict.
+# same logits both ways. Cleared by writing a 256 MB buffer, L2 is left full of modified lines,
+# and the timed call writes them back to memory as its reads evict them. Cleared by reading a
+# buffer, L2 holds only clean lines, which cost nothing to evict.
 # ```
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -472,13 +470,9 @@ with torch.no_grad():
 del x, t
 
 # %% [markdown]
+# ```{dropdown} Going deeper: what the clear costs, and torch.sum
 # The write-back costs every call the same few microseconds, whatever the call does, so
-# ratios between providers barely move. Version 4's call makes its target by less than its
-# fixed cost outside the row kernel, so a run can fall on either side of the line; the row
-# kernel alone makes it with room to spare.
-#
-# ```{dropdown} Going deeper: against torch.sum
-# Absolute bandwidths of calls that read about a gigabyte rise by a few percent when L2 is
+# ratios between providers barely move. Absolute bandwidths of calls that read about a gigabyte rise by a few percent when L2 is
 # cleared by a read. `torch.sum` over the same logits, one kernel with no final sum of rows,
 # lands a hair under the line in the output above, a little behind version 4's call.
 # ```
@@ -517,11 +511,9 @@ else:
         print(counters.table(["bf16 8192 x 128256", "fp32 4096 x 131072"]))
 
 # %% [markdown]
-# The two steps move the same bytes and take about the same time. DRAM is busy most, not all,
-# of the time. Shared memory limits the blocks per SM (32 KB of slice each), not registers, and
-# the achieved {term}`occupancy` is close to what those blocks allow. Occupancy is low in warps,
-# but it is the {term}`bytes in flight` that keep memory busy: each thread here has 16 copies
-# of 16 bytes in flight.
+# The two steps move the same bytes and take about the same time. Shared memory limits the
+# blocks per SM (32 KB of slice each), not registers. Occupancy is low in warps, but the
+# {term}`bytes in flight` keep DRAM busy most of the time.
 #
 # ```{dropdown} Going deeper: the block size, and the persistent cluster that lost
 # The block size matters: 256 threads per block cost bf16 12% against 128 (the kernel's header
@@ -543,7 +535,7 @@ else:
 # The output layer computes `logits = hidden @ W.T` for `tokens` rows of `H` hidden values and a
 # weight `W` of `V x H`. Its loss needs, per row, only the log-sum-exp and the target's logit;
 # its backward needs `dlogits = softmax - one_hot` (scaled), then `grad_hidden = dlogits @ W`
-# and `grad_W = dlogits.T @ hidden`. `kernels/llm_head.py` takes the rows in chunks, and for
+# and `grad_W = dlogits.T @ hidden`. `kernels/ops/llm_head.py` takes the rows in chunks, and for
 # each chunk, in the forward:
 #
 # 1. `logits = hidden[chunk] @ W.T` with cuBLAS, into one scratch buffer reused by every chunk;
@@ -555,7 +547,8 @@ else:
 # The gradients are ready when the forward returns; `backward()` multiplies them by its
 # `grad_output` in place, on the GPU, and does nothing when it is 1. The memory it adds is one
 # chunk of logits: `chunk_rows` is the largest multiple of 128 rows whose logits fit in
-# 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's).
+# 251 MiB (1024 rows for Llama 3's vocabulary, 768 for Qwen 2's). That keeps the whole step
+# within the 0.25 GiB target checked below.
 #
 # ```{dropdown} Going deeper: the mean's factor, and float16
 # The factor 1 / (tokens counted) is computed and read on the GPU (`grad_factor`), so the
@@ -614,8 +607,8 @@ print("PyTorch, float16: sum of log_softmax over 16392 classes:",
 # Then time and memory in bf16, forward and backward, at T=8192, H=4096, V=128256 (Llama 3
 # 8B's head) and T=16384, H=2048, V=151936 (Qwen 2's). The providers are eager PyTorch
 # (`F.cross_entropy(h @ W.T, t)`), the same under `torch.compile`, the matrix product then
-# version 4, and ours. The fused linear cross-entropies of other projects join them where
-# installed (`llm_head.other_fused_heads`). "Extra" is the peak memory of a step beyond the inputs, the
+# version 4, and ours. Other projects' fused heads join them where installed: Liger-Kernel's,
+# Apple's Cut Cross-Entropy and PyTorch's `F.linear_cross_entropy`. "Extra" is the peak memory of a step beyond the inputs, the
 # weight and their gradients. A head that runs out of GPU memory is shown as such.
 #
 # **Predict first.** At T=8192, how much memory beyond the inputs should the fused head need,
@@ -623,8 +616,8 @@ print("PyTorch, float16: sum of log_softmax over 16392 classes:",
 # the chapter)? Which of the two should be faster?
 #
 # ```{dropdown} Going deeper: how the heads are measured
-# The other projects' heads are Liger-Kernel's, Apple's Cut Cross-Entropy and PyTorch's own
-# `F.linear_cross_entropy` from version 2.13. Cut Cross-Entropy's default filter skips
+# The other projects' heads come from `llm_head.other_fused_heads`; PyTorch's has been there
+# since version 2.13. Cut Cross-Entropy's default filter skips
 # gradient entries too small to matter in bf16. "Extra" comes from
 # `torch.cuda.max_memory_allocated`; on a smaller GPU, running out of memory is the
 # measurement. Each head is measured three times in turns and its fastest turn kept, so that a
@@ -704,7 +697,8 @@ for tokens, _, _ in HEAD_SHAPES:
 # take longer than ours.
 # ```
 #
-# What costs more than `torch.compile` is the weight's gradient (V x H, 1 GiB in bf16 here). Its
+# "matmul + v4", the fastest row, buys its time with memory: it stores the whole batch's
+# logits (its "extra GiB"). What costs more than `torch.compile` is the weight's gradient (V x H, 1 GiB in bf16 here). Its
 # product runs over one chunk's rows instead of all of them, so its output, as large as the
 # weight, is read and written once per chunk instead of written once.
 #
@@ -758,6 +752,9 @@ kernels.plot.legend(ax)
 plt.show()
 
 # %% [markdown]
+# The time is not monotone in the chunk: 896 rows comes out slower than 768, a row count that
+# suits cuBLAS's tiles worse. 1024 is the largest chunk inside the budget.
+#
 # ## Training with the fused head
 #
 # Chapter 6's character-level language model, with its output layer replaced by a bias-free
@@ -883,7 +880,8 @@ Markdown("\n\n".join(
 #
 # **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
 #
-# Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at the GPU's bf16 tensor-core rate). Add, per chunk, one read and one write of the weight's
+# Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at the GPU's dense bf16 tensor-core rate: 989 TFLOPS on an H100 SXM by NVIDIA's
+# datasheet). Add, per chunk, one read and one write of the weight's
 # gradient (V x H bf16) and one read and write of the chunk's logits. Which chunk size does the
 # model predict is needed to be within 5% of the products alone at T=8192, H=4096, V=128256?
 # How much memory does it take, and how does it compare with the sweep above?
@@ -899,7 +897,8 @@ Markdown("\n\n".join(
 # instructions each pass of the kernel runs for each dtype (conversions, max, exp as one FFMA
 # and one MUFU.EX2, adds, the gradient's multiply and conversion back). Predict the ratio
 # of instructions bf16 / fp32 and which pipe is the busiest for bf16. How close to its limit is
-# that pipe? Then check with Nsight Compute (`kernels.profile`, the `ISSUE` counters).
+# that pipe? Then check with Nsight Compute (`kernels.profile`, the `ISSUE` counters; the
+# section "The metrics the chapters read" of {doc}`../book/profiling` names each).
 # ```
 #
 # ```{exercise}
