@@ -64,6 +64,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # | v5 | the shape of `torch.compile`'s grid, tuned for small and middle sizes | the final kernel: level with or ahead of `torch.compile` at most sizes |
 
 # %%
+# ROOT (the repository's folder) and the imports of os, subprocess, sys come from the
+# notebook's first cell, which the book hides.
 import math
 import re
 

@@ -60,6 +60,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # | training | four small models, PyTorch's loss against ours | the same curves |
 
 # %%
+# ROOT (the repository's folder) and the imports of os, subprocess, sys come from the
+# notebook's first cell, which the book hides.
 import copy
 import math
 import statistics

@@ -67,6 +67,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # | fused head | the output layer and its loss, chunk by chunk | the logits never stored |
 
 # %%
+# ROOT (the repository's folder) and the imports of os come from the
+# notebook's first cell, which the book hides.
 import math
 import time
 import warnings

@@ -66,6 +66,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # nearly twice as fast as on one (measured below).
 
 # %%
+# ROOT (the repository's folder) and the imports of os, subprocess come from the
+# notebook's first cell, which the book hides.
 import json
 import re
 

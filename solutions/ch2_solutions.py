@@ -33,6 +33,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
+# ROOT, the repository's folder, comes from the notebook's first cell (the book hides it).
 import torch
 
 import kernels

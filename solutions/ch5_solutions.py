@@ -34,6 +34,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
+# ROOT (the repository's folder) and the imports of os come from the
+# notebook's first cell, which the book hides.
 from kernels import Chapter
 from kernels.exercises.ch5_checks import (check_ignore_index, check_label_smoothing,
                                           check_online_softmax)

@@ -33,6 +33,8 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 # Each answer, its explanation and its code, is folded: open it once you have tried the exercise.
 
 # %%
+# ROOT (the repository's folder) and the imports of os come from the
+# notebook's first cell, which the book hides.
 import torch
 
 from kernels import Chapter
