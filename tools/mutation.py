@@ -32,7 +32,8 @@ RESULTS = ROOT / "book" / "results" / "mutation.json"
 
 # module -> the CPU tests that guard it (mutmut runs, for each mutant, those that reach it)
 MODULES = {
-    "kernels/losses.py": ["tests/test_operators_cpu.py", "tests/test_correctness_cpu.py"],
+    "kernels/losses.py": ["tests/test_losses_cpu.py", "tests/test_operators_cpu.py",
+                          "tests/test_correctness_cpu.py", "tests/test_toolkit.py"],
     "kernels/measure/correctness.py": ["tests/test_correctness_cpu.py", "tests/test_toolkit.py"],
     "kernels/kernelbench/checks.py": ["tests/test_kernelbench_checks_cpu.py",
                                       "tests/test_kernelbench_cpu.py"],
