@@ -340,3 +340,104 @@ def test_chapter_8s_check_raises_a_failing_attempt_with_its_first_failing_case(m
     with pytest.raises(ExerciseFailed, match=r"FAIL  vocab split over 3 ranks, 5 x 10, mean, "
                                              r"smoothing 0  \(loss or gradient differs"):
         check_one_collective(ROOT / "kernels/exercises/ch8_one_collective.py")
+
+
+def test_two_gpus_launch_the_task_and_keep_the_run(monkeypatch, tmp_path):
+    """On two GPUs the cell measures anew: the task runs on nprocs processes with the options
+    given, and the run is kept with GPU 0's name, the GPU count and the date."""
+    import datetime
+
+    import kernels.ops.ranks as ranks
+
+    launched = []
+    monkeypatch.setattr(ranks, "launch", lambda task, nprocs, **options: launched.append(
+        (task, nprocs, options)) or {"printed": "rank 0: ok\n", "cases": []})
+    monkeypatch.setattr(torch.cuda, "get_device_name", {0: "H100 #0", 1: "H100 #1"}.__getitem__)
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    run = launch_or_stored("ch8_try", "check", 3, 2, echo=False, timeout=5)
+    assert launched == [("check", 3, {"echo": False, "timeout": 5})]
+    assert run == {"printed": "rank 0: ok\n", "cases": []}
+    import json
+    assert json.loads((tmp_path / "ch8_try.json").read_text()) == {
+        "gpu": "H100 #0", "gpus": 2, "date": str(datetime.date.today()), "run": run}
+
+
+def test_one_gpu_shows_the_stored_lines_only_when_echo_is_on(capsys):
+    run = launch_or_stored("ch8_check", "check", 1, 1, echo=False)
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[1].startswith("from book/results/ch8_check.json")
+    assert run == results.read_published_json("ch8_check")["run"]
+
+
+@pytest.fixture
+def only_mine(monkeypatch):
+    """Only exercises/mine.cu (or .py) counts as the learner's edit: ``attempted`` must be
+    asked about the file being graded."""
+    monkeypatch.setattr(skeletons, "attempted", lambda path: str(path).startswith(
+        "exercises/mine."))
+
+
+def test_grade_asks_about_the_file_it_grades(only_mine):
+    assert grade("exercises/theirs.py", False, "FAIL  x") is None
+    with pytest.raises(ExerciseFailed, match=r"^exercises/mine.py: FAIL  x$"):
+        grade("exercises/mine.py", False, "FAIL  x")
+
+
+def test_exercise_asks_about_the_file_it_builds(builds, only_mine):
+    assert Chapter("ch2").exercise("exercises/theirs.cu", lambda kernel: False) is False
+    with pytest.raises(ExerciseFailed):
+        Chapter("ch2").exercise("exercises/mine.cu", lambda kernel: False)
+
+
+@pytest.mark.parametrize("message, verdict", [
+    ("mse_launch: invalid configuration argument\nException raised from ...",
+     "the op raised the error above: fix the kernel, then rerun this cell"),
+    ("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be ...",
+     "the op raised the error above: the GPU context is lost after it, so restart the "
+     "notebook's kernel before rerunning"),
+])
+def test_an_op_error_s_verdict_and_the_attempt_s_error_name_its_first_line(
+        builds, only_mine, capsys, message, verdict):
+    def check(kernel):
+        raise RuntimeError(message)
+
+    assert Chapter("ch2").exercise("exercises/theirs.cu", check) is False
+    assert capsys.readouterr().out.splitlines()[1] == f"FAIL  exercises/theirs.cu: {verdict}"
+    with pytest.raises(ExerciseFailed) as error:
+        Chapter("ch2").exercise("exercises/mine.cu", check)
+    assert str(error.value) == f"exercises/mine.cu: {message.splitlines()[0]}"
+
+
+def test_an_op_error_without_a_message(builds, only_mine, capsys):
+    def check(kernel):
+        raise RuntimeError("")
+
+    assert Chapter("ch2").exercise("exercises/theirs.cu", check) is False
+    assert capsys.readouterr().out.splitlines()[0] == "RuntimeError: "
+    with pytest.raises(ExerciseFailed) as error:  # no first line: the verdict says what to do
+        Chapter("ch2").exercise("exercises/mine.cu", check)
+    assert str(error.value) == ("exercises/mine.cu: the op raised the error above: fix the "
+                                "kernel, then rerun this cell")
+
+
+def test_an_attempt_that_fails_without_a_fail_line_raises_with_the_verdict(builds, only_mine):
+    with pytest.raises(ExerciseFailed) as error:
+        Chapter("ch5").exercise("exercises/mine.cu", lambda kernel: False)
+    assert str(error.value) == ("exercises/mine.cu: a case above FAILs: fix the first one, then "
+                                "rerun this cell")
+
+
+def test_an_indented_fail_line_names_the_failing_case(builds, only_mine):
+    def check(kernel):
+        print("  PASS  one row (1, 10)\n    FAIL  every row ignored (5, 100): NaN")
+        return False
+
+    with pytest.raises(ExerciseFailed) as error:
+        Chapter("ch5").exercise("exercises/mine.cu", check)
+    assert str(error.value) == "exercises/mine.cu: FAIL  every row ignored (5, 100): NaN"
+
+
+def test_exercise_names_a_file_outside_the_repository_as_given(builds, capsys, tmp_path):
+    source = tmp_path / "my_race.cu"
+    assert Chapter("ch2").exercise(str(source), lambda kernel: True)
+    assert capsys.readouterr().out == f"PASS  {source}: every case of the check passes\n"

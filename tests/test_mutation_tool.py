@@ -41,10 +41,26 @@ def test_a_mutant_is_counted_in_its_module_and_survivors_are_named():
     assert table["kernels/course/chapter.py"]["score"] == 0.0
 
 
+def test_a_new_run_keeps_the_equivalent_survivors_that_still_survive():
+    mutation = tool("mutation")
+    recorded = {"modules": {"kernels/losses.py": {"equivalent": ["m_1", "m_2"], "killed": 1}}}
+    table = {"kernels/losses.py": {"killed": 3, "ran": 4, "survivors": ["m_2"]},
+             "kernels/course/chapter.py": {"killed": 1, "ran": 1, "survivors": []}}
+    mutation.record(recorded, table, "2026-11-29", "mutmut, 2 jobs")
+    assert recorded["modules"]["kernels/losses.py"] == {
+        "killed": 3, "ran": 4, "survivors": ["m_2"], "equivalent": ["m_2"],
+        "date": "2026-11-29", "how": "mutmut, 2 jobs"}  # m_1 was killed: no longer equivalent
+    assert recorded["modules"]["kernels/course/chapter.py"]["equivalent"] == []
+
+
 def test_the_reliability_page_shows_the_score_and_its_date():
     report = tool("reliability_report")
     assert report.render_mutation({}) == ""
     text = report.render_mutation({"modules": {"kernels/losses.py": {
         "killed": 45, "ran": 50, "score": 90.0, "survivors": ["a", "b"], "timeouts": ["c"],
-        "date": "2026-11-28"}}})
-    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 1 | 2026-11-28 |" in text
+        "equivalent": ["b"], "date": "2026-11-28"}}})
+    # 45 killed of the 49 mutants that are not equivalent
+    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 1 | 91.8% | 1 | 2026-11-28 |" in text
+    older = report.render_mutation({"modules": {"kernels/losses.py": {
+        "killed": 4, "ran": 5, "score": 80.0, "survivors": ["a"], "date": "2026-11-27"}}})
+    assert "| `kernels/losses.py` | 4 | 5 | 80.0% | 1 | 0 | 80.0% | 0 | 2026-11-27 |" in older

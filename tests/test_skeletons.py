@@ -117,3 +117,12 @@ def test_a_notebook_records_the_python_operators_and_timing_it_imported(monkeypa
     assert provenance.changed_sources({"sources": logged}) == [
         f"{timing} changed since the notebook was executed",
         f"{head} changed since the notebook was executed"]
+
+
+def test_without_a_manifest_nothing_is_shipped_and_no_notebook_is_stale_for_it(monkeypatch,
+                                                                               tmp_path):
+    """A copy of the course without kernels/exercises/skeletons.json (a learner's own folder)
+    compares every recorded file with the file itself, as for any other source."""
+    monkeypatch.setattr(skeletons, "MANIFEST", tmp_path / "skeletons.json")
+    assert skeletons.shipped() == {}
+    assert provenance.changed_sources({"sources": {KEY: skeletons.digest(EXERCISE)}}) == []

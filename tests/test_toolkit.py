@@ -645,6 +645,41 @@ def test_a_changed_setup_cell_does_not_make_a_notebook_stale():
     assert cells_not_run(cells(printed)) == [0, 1, 2]  # it printed: its outputs are stale
 
 
+def test_cells_not_run_are_the_code_cells_without_an_execution_count():
+    import nbformat
+
+    from kernels.build.provenance import cells_not_run
+
+    new = nbformat.v4
+    book = new.new_notebook(cells=[
+        new.new_code_cell("import kernels"),  # first, but no tags: not the setup cell
+        new.new_code_cell("x = 1", execution_count=3),
+        new.new_markdown_cell("text"),
+        new.new_code_cell("y = 2", execution_count=None),
+    ])
+    assert cells_not_run(book) == [0, 3]
+
+
+def test_changed_sources_says_which_file_is_gone_and_accepts_a_notebook_without_sources():
+    from kernels.build.provenance import changed_sources
+
+    assert changed_sources({}) == []
+    assert changed_sources({"sources": {"kernels/ch2_atomics/v9_gone.cu": "0" * 64}}) == [
+        "kernels/ch2_atomics/v9_gone.cu no longer exists"]
+
+
+def test_imported_code_skips_what_sys_modules_holds_besides_files(monkeypatch):
+    """sys.modules may hold objects that are not modules (no __name__: a lazy loader's stand-in)
+    and modules with no file (a namespace package, one made in memory)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "a_lazy_stand_in", object())
+    name = "kernels.ops.in_memory"
+    monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    files = provenance.imported_code()
+    assert files and all(f.is_file() and f.is_relative_to(ROOT / "kernels") for f in files)
+
+
 def test_show_source_shows_the_whole_file():
     text = (ROOT / "kernels" / CU_FILE).read_text()
     data = notebook.show_source(CU_FILE, fold=False).data

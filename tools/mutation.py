@@ -11,7 +11,9 @@ would not see, or an equivalent change). The run happens in a scratch copy of th
 
 The score (killed / mutants that ran) and its date, per module, go to
 ``book/results/mutation.json``, which tools/reliability_report.py shows on the reliability page,
-with the survivors; tools/mutation_survivors.md says why each of them is left.
+with the survivors; tools/mutation_survivors.md says why each of them is left, and the JSON's
+``equivalent`` lists those no input can tell from the original (kept across runs while they
+survive), so that the page also shows the score over the mutants that change behaviour.
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ RESULTS = ROOT / "book" / "results" / "mutation.json"
 
 # module -> the CPU tests that guard it (mutmut runs, for each mutant, those that reach it)
 MODULES = {
-    "kernels/losses.py": ["tests/test_operators_cpu.py", "tests/test_correctness_cpu.py"],
+    "kernels/losses.py": ["tests/test_losses_cpu.py", "tests/test_operators_cpu.py",
+                          "tests/test_correctness_cpu.py", "tests/test_toolkit.py"],
     "kernels/measure/correctness.py": ["tests/test_correctness_cpu.py", "tests/test_toolkit.py"],
     "kernels/kernelbench/checks.py": ["tests/test_kernelbench_checks_cpu.py",
                                       "tests/test_kernelbench_cpu.py"],
     "kernels/kernelbench/static.py": ["tests/test_kernelbench_checks_cpu.py",
                                       "tests/test_kernelbench_cpu.py"],
-    "kernels/kernelbench/problems.py": ["tests/test_kernelbench_cpu.py"],
+    "kernels/kernelbench/problems.py": ["tests/test_kernelbench_problems_cpu.py",
+                                        "tests/test_kernelbench_cpu.py"],
     "kernels/build/provenance.py": ["tests/test_toolkit.py", "tests/test_skeletons.py"],
     "kernels/build/skeletons.py": ["tests/test_skeletons.py", "tests/test_chapter.py"],
     "kernels/course/chapter.py": ["tests/test_chapter.py"],
@@ -144,11 +148,20 @@ def main() -> int:
     print(f"mutation score: {total}% ({killed} of {ran} mutants killed)")
     if not args.no_record:
         recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"modules": {}}
-        today = datetime.date.today().isoformat()
-        for module, t in table.items():
-            recorded["modules"][module] = {**t, "date": today}
+        record(recorded, table, datetime.date.today().isoformat(),
+               f"mutmut, {args.jobs} jobs, OMP_NUM_THREADS=1")
         RESULTS.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+def record(recorded: dict, table: dict, date: str, how: str) -> None:
+    """A run's table into the results: each module's entry replaced, but for the survivors
+    tools/mutation_survivors.md calls equivalent, kept as long as they survive."""
+    for module, t in table.items():
+        before = recorded["modules"].get(module, {}).get("equivalent", [])
+        recorded["modules"][module] = {
+            **t, "date": date, "how": how,
+            "equivalent": [name for name in before if name in t["survivors"]]}
 
 
 if __name__ == "__main__":

@@ -112,15 +112,21 @@ def render_mutation(data: dict) -> str:
             "argument dropped) and runs the CPU tests that reach it: a *killed* mutant is a bug the "
             "tests catch. A mutant whose tests ran past mutmut's time limit is not counted as "
             "killed. Survivors and time-outs are listed with why in "
-            "`tools/mutation_survivors.md`. A module that is not in the table has not been run "
+            "`tools/mutation_survivors.md`; an *equivalent* survivor is a change no input can "
+            "tell from the original. A module that is not in the table has not been run "
             "yet.\n\n"
-            "| module | killed | run | score | survived | timed out | date |\n"
-            "|---|---:|---:|---:|---:|---:|---|\n")
+            "| module | killed | run | score | survived | of them equivalent | score of the "
+            "mutants that change behaviour | timed out | date |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
     for name in sorted(modules):
         m = modules[name]
         score = "–" if m.get("score") is None else f"{m['score']:.1f}%"
+        equivalent = len(m.get("equivalent", []))
+        changing = m["ran"] - equivalent
+        behaviour = f"{100 * m['killed'] / changing:.1f}%" if changing else "–"
         text += (f"| `{name}` | {m['killed']} | {m['ran']} | {score} | "
-                 f"{len(m.get('survivors', []))} | {len(m.get('timeouts', []))} | {m['date']} |\n")
+                 f"{len(m.get('survivors', []))} | {equivalent} | {behaviour} | "
+                 f"{len(m.get('timeouts', []))} | {m['date']} |\n")
     return text
 
 
