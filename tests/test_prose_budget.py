@@ -168,3 +168,37 @@ def test_the_primer_is_short_and_says_its_reading_time():
     assert stated and abs(numbers[stated[1]] - prose_stats.reading_minutes(words)) <= 1, \
         f"the primer says {stated and stated[1]} minutes; its {words} words read in " \
         f"{prose_stats.reading_minutes(words)}"
+
+
+@by_chapter
+def test_the_learner_predicts_before_measuring_at_least_twice(path):
+    """Issue 58, item 4: at least two "Predict" prompts in the core path, each answered
+    by a folded "Answer" after the measurement it asks about."""
+    markdown = prose_stats.chapter_markdown(path)
+    core = "\n\n".join(prose_stats.core_path(md) for md in markdown)
+    prompts = re.findall(r"\*\*Predict( first)?\.\*\*", core)
+    answers = sum(len(re.findall(r"```\{admonition\} Answer[^\n]*\n:class: dropdown", md))
+                  for md in markdown)
+    assert len(prompts) >= 2, f"{path.stem}: {len(prompts)} Predict prompts"
+    assert answers >= 2, f"{path.stem}: {answers} folded answers"
+
+
+@by_chapter
+def test_the_chapter_ends_with_a_summary_and_its_table(path):
+    """Issue 58, item 3: a "Summary" section of at most five bullets, then a table generated
+    from book/results (a code cell's Markdown output), before the exercises."""
+    import nbformat
+
+    cells = nbformat.read(path.with_suffix(".ipynb"), as_version=4).cells
+    at = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"
+               and re.search(r"^## Summary", c.source, re.M)), None)
+    assert at is not None, f"{path.stem}: no Summary section"
+    section = re.split(r"^## ", cells[at].source.split("## Summary", 1)[1], flags=re.M)[0]
+    bullets = len(re.findall(r"^- ", section, re.M))
+    assert 1 <= bullets <= 5, f"{path.stem}: the summary has {bullets} bullets"
+    end = next(i for i, c in enumerate(cells) if i >= at and c.cell_type == "markdown"
+               and re.search(r"^## Exercises", c.source, re.M))
+    tables = [c for c in cells[at:end] if c.cell_type == "code" for o in c.get("outputs", [])
+              if re.search(r"^\|[ :|-]*---", "".join(o.get("data", {}).get("text/markdown", "")),
+                           re.M)]
+    assert tables, f"{path.stem}: no generated table between the Summary and the Exercises"
