@@ -190,3 +190,35 @@ def test_check_not_constant_looks_past_an_output_that_is_not_a_tensor():
     assert kb.check_not_constant(outputs, references) == (
         "trials 1 and 3 got the same output 1 although the reference changed (1, 3): a "
         "constant, or a result kept from an earlier call?")
+
+
+# --- what a finding of forward's rules says (the survivors of static.py's mutation run) --------
+
+def test_an_annotated_value_from_elsewhere_is_not_the_inputs():
+    assert findings("s: float = 0.5; d = ext.mse(p, t); return torch.mean(d * s)") == []
+
+
+@pytest.mark.parametrize("body", [
+    "a = p - t; x: torch.Tensor = t * 2; return torch.mean(a * a)",
+    "a = p - t; for x in (t,): pass; return torch.mean(a * a)",
+])
+def test_a_later_binding_adds_to_the_values_followed_and_forgets_none(body):
+    assert findings(body) == [(8, "PyTorch's `mean`")]
+
+
+def test_a_try_in_forward_is_a_finding_with_its_reason_at_its_line():
+    source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n"
+              "        try:\n            return ext.mse(p, t)\n"
+              "        except RuntimeError:\n            return ext.mse(p, t)\n")
+    (finding,) = kb.check_source(source, offset=10)
+    assert (finding.severity, finding.line, finding.code) == ("failure", 14, "try:")
+    assert finding.why == ("catches exceptions: a kernel that fails must fail the trial, not fall "
+                           "back to something else")
+
+
+def test_a_findings_code_is_the_lines_first_80_characters():
+    long_name = "difference_" + "x" * 80
+    source = ("import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, p, t):\n"
+              f"        {long_name} = p - t\n        return torch.mean({long_name} ** 2)\n")
+    (finding,) = kb.check_source(source)
+    assert finding.code == f"return torch.mean({long_name} ** 2)"[:80] and len(finding.code) == 80
