@@ -58,9 +58,9 @@ def test_the_reliability_page_shows_the_score_and_its_date():
     assert report.render_mutation({}) == ""
     text = report.render_mutation({"modules": {"kernels/losses.py": {
         "killed": 45, "ran": 50, "score": 90.0, "survivors": ["a", "b"], "timeouts": ["c"],
-        "equivalent": ["b"], "date": "2026-11-28"}}})
+        "equivalent": ["b"], "no_tests": 7, "date": "2026-11-28"}}})
     # 45 killed of the 49 mutants that are not equivalent
-    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 1 | 91.8% | 1 | 2026-11-28 |" in text
+    assert "| `kernels/losses.py` | 45 | 50 | 90.0% | 2 | 1 | 91.8% | 1 | 7 | 2026-11-28 |" in text
     older = report.render_mutation({"modules": {"kernels/losses.py": {
         "killed": 4, "ran": 5, "score": 80.0, "survivors": ["a"], "date": "2026-11-27"}}})
-    assert "| `kernels/losses.py` | 4 | 5 | 80.0% | 1 | 0 | 80.0% | 0 | 2026-11-27 |" in older
+    assert "| `kernels/losses.py` | 4 | 5 | 80.0% | 1 | 0 | 80.0% | 0 | 0 | 2026-11-27 |" in older

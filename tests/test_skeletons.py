@@ -126,3 +126,93 @@ def test_without_a_manifest_nothing_is_shipped_and_no_notebook_is_stale_for_it(m
     monkeypatch.setattr(skeletons, "MANIFEST", tmp_path / "skeletons.json")
     assert skeletons.shipped() == {}
     assert provenance.changed_sources({"sources": {KEY: skeletons.digest(EXERCISE)}}) == []
+
+
+# --- make check's gate and the command line, in this process (tests/test_make_check.py runs them
+# --- through make, where a mutation tool cannot see which code ran) ----------------------------
+
+def test_the_chapters_are_the_numbered_notebooks():
+    found = skeletons.chapters()
+    assert list(found)[:9] == list(range(1, 10))
+    assert found[3].name == "03_block_reduction.ipynb" and found[3].is_file()
+
+
+@pytest.mark.parametrize("chapter", ["12", "03", "three", "", "0", "-1"])
+def test_the_gate_refuses_an_unknown_chapter_in_one_line(chapter, capsys):
+    assert skeletons.grade_ready(chapter) == 2
+    listed = " ".join(map(str, skeletons.chapters()))
+    assert capsys.readouterr().out.splitlines() == [
+        f"make check: no chapter {chapter!r}; CHAPTER is one of {listed} (make check CHAPTER=3)"]
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_gate_lists_the_chapters_files_then_needs_a_gpu(gpu, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(skeletons, "attempted", lambda path: path.name == "ch3_smooth_l1.cu")
+    assert skeletons.grade_ready("3") == (0 if gpu else 2)
+    lines = capsys.readouterr().out.splitlines()
+    listed = [line for line in lines if not line.startswith("make check:")]
+    expected = sorted(skeletons.key(p) for p in skeletons.learner_files()
+                      if p.name.startswith("ch3_"))
+    assert sorted(line.split()[-1] for line in listed) == expected and expected
+    assert "attempted      kernels/exercises/ch3_smooth_l1.cu" in listed
+    assert all(line.startswith("not attempted  ") for line in listed if "smooth_l1" not in line)
+    assert [line for line in lines if line not in listed] == ([] if gpu else [
+        "make check: grading runs the exercises' checks on a CUDA GPU, and this machine has "
+        "none; nothing was graded (run it on a GPU machine or on Colab)"])
+
+
+def test_write_records_each_file_as_it_is(tmp_path, monkeypatch):
+    committed = skeletons.MANIFEST.read_text()
+    monkeypatch.setattr(skeletons, "MANIFEST", tmp_path / "skeletons.json")
+    table = skeletons.write()
+    # the skeletons are as shipped, so writing again changes no byte of the committed manifest
+    assert (tmp_path / "skeletons.json").read_text() == committed
+    assert json.loads((tmp_path / "skeletons.json").read_text()) == table
+    assert table == {skeletons.key(p): skeletons.digest(p) for p in skeletons.learner_files()}
+    assert (tmp_path / "skeletons.json").read_text().endswith("}\n")
+
+
+@pytest.mark.parametrize("argv, code", [(["--grade", "12"], 2), (["--chapter", "3"], 0),
+                                        (["--chapter", "03"], 0), ([], 0)])
+def test_the_command_line(argv, code, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["skeletons", *argv])
+    done = {"ch3_smooth_l1.cu", "ch2_race.cu"}
+    monkeypatch.setattr(skeletons, "attempted", lambda path: Path(path).name in done)
+    assert skeletons.main() == code
+    out = capsys.readouterr().out.splitlines()
+    if argv[:1] == ["--grade"]:
+        assert out[0].startswith("make check: no chapter '12'")
+    else:
+        files = [p for p in skeletons.learner_files()
+                 if not argv or p.name.startswith("ch3_")]
+        assert out == [f"{'attempted' if p.name in done else 'not attempted':<14} "
+                       f"{skeletons.key(p)}" for p in files]
+
+
+def test_the_command_lines_help(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["skeletons", "--help"])
+    with pytest.raises(SystemExit):
+        skeletons.main()
+    text = " ".join(capsys.readouterr().out.split())
+    assert skeletons.__doc__.splitlines()[0] in text
+    for option in ("--write record the skeletons as they are now in skeletons.json",
+                   "--chapter CHAPTER list only this chapter's exercise files",
+                   "--grade CHAPTER make check's gate: the chapter exists and a GPU is here"):
+        assert option in text, option
+
+
+def test_the_command_line_writes_the_manifest_only_when_asked(monkeypatch, capsys):
+    written = []
+    monkeypatch.setattr(skeletons, "write", lambda: written.append(1) or {"a": "0", "b": "1"})
+    monkeypatch.setattr(skeletons, "attempted", lambda path: False)
+    monkeypatch.setattr(sys, "argv", ["skeletons", "--chapter", "3"])
+    skeletons.main()
+    assert written == [] and not capsys.readouterr().out.startswith("wrote")
+    monkeypatch.setattr(sys, "argv", ["skeletons", "--write", "--chapter", "3"])
+    skeletons.main()
+    assert written == [1]
+    assert capsys.readouterr().out.splitlines()[0] == \
+        "wrote kernels/exercises/skeletons.json: 2 skeletons"

@@ -113,11 +113,13 @@ def render_mutation(data: dict) -> str:
             "tests catch. A mutant whose tests ran past mutmut's time limit is not counted as "
             "killed. Survivors and time-outs are listed with why in "
             "`tools/mutation_survivors.md`; an *equivalent* survivor is a change no input can "
-            "tell from the original. A module that is not in the table has not been run "
+            "tell from the original. A mutant that no CPU test reaches is not run: the "
+            "column *no CPU test* counts them (code that only a GPU test, or a test in another "
+            "process, exercises). A module that is not in the table has not been run "
             "yet.\n\n"
             "| module | killed | run | score | survived | of them equivalent | score of the "
-            "mutants that change behaviour | timed out | date |\n"
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+            "mutants that change behaviour | timed out | no CPU test | date |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
     for name in sorted(modules):
         m = modules[name]
         score = "–" if m.get("score") is None else f"{m['score']:.1f}%"
@@ -126,7 +128,7 @@ def render_mutation(data: dict) -> str:
         behaviour = f"{100 * m['killed'] / changing:.1f}%" if changing else "–"
         text += (f"| `{name}` | {m['killed']} | {m['ran']} | {score} | "
                  f"{len(m.get('survivors', []))} | {equivalent} | {behaviour} | "
-                 f"{len(m.get('timeouts', []))} | {m['date']} |\n")
+                 f"{len(m.get('timeouts', []))} | {m.get('no_tests', 0)} | {m['date']} |\n")
     return text
 
 
