@@ -1,5 +1,6 @@
 # make book : install what the book build needs into .venv (no PyTorch) and build _build/html
-# make test : install everything into .venv and run pytest (pytest.ini decides what runs)
+# make test : install everything into .venv and run pytest (pytest.ini decides what runs; without
+#   a GPU, in parallel over the cores)
 # make check CHAPTER=3 : grade your exercises of chapter 3 (on a GPU): says which exercise files
 #   you have changed, then re-executes the chapter with nbval; a failing attempt fails the run
 # make toolchain : whether your nvcc and your PyTorch's CUDA build kernels together
@@ -19,8 +20,12 @@ CONSTRAINTS ?=
 book: $(BOOK_STAMP)
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
+# Without a GPU, pytest-xdist runs the tests in one process per core, a whole file at a time
+# (--dist loadfile: each notebook stays in one process, as nbval needs): the kernels' compile
+# tests, the book's build and browser tests and the notebooks then overlap. With a GPU, one
+# process: timing tests must never share the GPU with other tests.
 test: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $$($(PY) -c "import torch; print('' if torch.cuda.is_available() else '-n auto --dist loadfile')")
 
 install: $(STAMP)
 
