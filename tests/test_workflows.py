@@ -71,3 +71,11 @@ def test_the_readme_says_where_the_book_is_published():
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url)
     assert "https://OWNER.github.io/REPO/" in (ROOT / "README.md").read_text()
+
+
+def test_the_mutation_score_is_a_job_of_its_own():
+    """Issue 60: `make mutation` runs for hours, so weekly and on demand, not on pull requests."""
+    workflow = load("mutation.yml")
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    assert any(command.startswith("make mutation") for command in runs(workflow))
+    assert "mutation" in MAKE_TARGETS
