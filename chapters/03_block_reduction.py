@@ -36,7 +36,7 @@ if COLAB:  # a GPU runtime, ninja, an nvcc that PyTorch accepts; where your file
 #   and {term}`bank conflicts <bank conflict>` one version at a time;
 # - use {term}`warp shuffles <warp shuffle>`, {term}`vectorised loads <vectorised load>` and a
 #   {term}`grid-stride loop`, and say what each is worth;
-# - compute any element-wise loss with the same kernel and a functor of a few lines.
+# - compute any element-wise loss with the same kernel and a {term}`functor` of a few lines.
 #
 # **Assumes:** chapter 2 (a kernel, atomics, a warp's shuffles); the primer's
 # {term}`occupancy` and {term}`bytes in flight`.
@@ -100,7 +100,7 @@ print(f"{ch.gpu}: read bandwidth {ch.peak:.0f} GB/s")
 # $2s$ values. A `__syncthreads()` between rounds makes each round see the previous one's
 # results. {term}`Threads <thread>` past the end of the input load 0: every thread must reach every barrier.
 #
-# The figures count *wavefronts*. Shared memory is split into 32 banks of 4-byte words. The
+# The figures count {term}`wavefronts <wavefront>`. Shared memory is split into 32 banks of 4-byte words. The
 # threads of a warp that touch different words of one bank wait for each other (a
 # {term}`bank conflict`): the access is served in as many wavefronts as the most crowded bank
 # has words.

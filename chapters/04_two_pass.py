@@ -380,7 +380,7 @@ print(f"exact:              {1 << 25}")
 # at $2^{30}$), then trees and a float64 final pass. Chapter 2's atomics add every block's
 # partial into one float (chapter 2's version 4). We measure each
 # against the float64 mean at $2^{30}$ elements (errors also in units of the float32 spacing at
-# the result, ulp).
+# the result, {term}`ulp`).
 #
 # **Predict.** Which lands furthest from the float64 mean: chapter 2's atomics, version 1's long
 # runs per thread, or version 2's tiles? And does Kahan's compensation (version 4) move the

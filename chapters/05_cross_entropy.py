@@ -707,7 +707,7 @@ if counters:
 # %% [markdown]
 # Both explanations hold. Version 1 reads as many bytes from DRAM as version 2: its second pass
 # is served by the caches (at 1024 classes by L1, as the L2 hit rate is low there). And
-# version 2 executes many more instructions and keeps MUFU (the special-function unit that
+# version 2 executes many more instructions and keeps {term}`MUFU` (the special-function unit that
 # computes `exp`) busy twice as long. At 1024 classes it nearly fills the issue slots (the
 # cycles in which the SM starts an instruction): it is limited by instructions, not memory. The final version computes each `exp` once.
 #

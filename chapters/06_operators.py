@@ -169,7 +169,7 @@ except Exception as error:
 # Adding a loss is cheap. Binary cross-entropy with logits
 # (`F.binary_cross_entropy_with_logits` with a scalar `pos_weight` $w$), whose value is
 # $(1 - y)\,x + l\,\operatorname{softplus}(-x)$ with $l = 1 + (w - 1)y$ and whose derivative is
-# $(1 - y) - l\,\sigma(-x)$, came in as one functor in `losses.cuh` and one entry of the
+# $(1 - y) - l\,\sigma(-x)$, came in as one {term}`functor` in `losses.cuh` and one entry of the
 # registry `kernels/losses.py`. Its launcher, op, operator, checks
 # and benchmark all come from that entry; `CONTRIBUTING.md` says how.
 # ```

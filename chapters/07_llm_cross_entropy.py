@@ -135,7 +135,7 @@ if not CLUSTERS:
 # %% [markdown]
 # ## Thread-block clusters and distributed shared memory
 #
-# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an opt-in). The hardware schedules them at the same time on SMs of one GPC (a group of SMs), and they can read and
+# Hopper ({term}`compute capability` 9.0) groups blocks into **clusters**: up to 8 blocks (16 with an opt-in). The hardware schedules them at the same time on SMs of one {term}`GPC` (a group of SMs), and they can read and
 # write each other's **shared memory** (distributed shared memory, DSMEM) and wait on a
 # **cluster barrier**. Version 4 gives each row a cluster of `n` blocks, `n = ceil(row bytes / 32 KB)`, at most 16. A slice of 32 KB is 128 threads with 16 copies of 16
 # bytes each in flight, small enough that several blocks share an SM. Each block copies its slice of the row into its own shared memory and keeps it
