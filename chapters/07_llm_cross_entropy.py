@@ -870,7 +870,7 @@ Markdown("\n\n".join(
 # ```{exercise}
 # :label: ch7-which-path
 #
-# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes · **On paper:** no check, the answer is in the solutions
 #
 # For each of these rows, say which kernel of version 4 runs it on an H100 for a training step (forward and backward), with how many blocks per row and how many bytes of shared memory per block. Then answer again for the forward alone. The rows are Gemma's 256000 classes in bf16 and in fp32, GPT-2's 50257
 # in bf16, Llama 2's 32000 in fp32, and 3000 classes in bf16. Then check your answers against
@@ -880,7 +880,7 @@ Markdown("\n\n".join(
 # ```{exercise}
 # :label: ch7-chunk-model
 #
-# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes
+# **Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes · **On paper:** no check, the answer is in the solutions
 #
 # Model the fused head's step time as three matrix products (2 x tokens x V x H flops each, at the GPU's dense bf16 tensor-core rate: 989 TFLOPS on an H100 SXM by NVIDIA's
 # datasheet). Add, per chunk, one read and one write of the weight's
@@ -892,7 +892,7 @@ Markdown("\n\n".join(
 # ```{exercise}
 # :label: ch7-bf16-work
 #
-# **Difficulty:** ★★★ (hard) · **Time:** about 60 minutes
+# **Difficulty:** ★★★ (hard) · **Time:** about 60 minutes · **On paper:** no check, the answer is in the solutions
 #
 # Forward and backward at 8192 x 128256 bf16 and at 4096 x 131072 fp32 move the same bytes,
 # and version 4 takes about the same time for both. Count, per 16-byte vector, the

@@ -74,10 +74,14 @@ def test_every_exercise_opens_with_its_difficulty_and_time():
     assert checked >= 25, checked
 
 
-def test_an_exercise_label_is_not_prose():
-    label = "**Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes"
+@pytest.mark.parametrize("label", [
+    "**Difficulty:** ★★☆ (moderate) · **Time:** about 30 minutes",
+    "**Difficulty:** ★★★ (hard) · **Time:** about 60 minutes · **On paper:** no check, the "
+    "answer is in the solutions"])
+def test_an_exercise_label_is_not_prose(label):
     assert prose_stats.core_path(f"```{{exercise}}\n:label: x\n\n{label}\n\nDo it.\n```").split() \
         == ["Do", "it."]
+    assert not prose_stats.EXERCISE_LABEL.match(label + " · **On paper:** no check")
 
 
 def test_sentences_and_long_ones():

@@ -33,9 +33,10 @@ LAB_NOTEBOOK = re.compile(
 WORD = re.compile(r"[\w$`'’.,%/+\-–×]+")
 # A glossary link reads as its shown text: {term}`warps <warp>` is the one word "warps".
 # An exercise's first line, its difficulty and time: a label, like a directive's options.
-EXERCISE_LABEL = re.compile(
+EXERCISE_LABEL = re.compile(  # an exercise answered on paper says so, with no check to run
     r"^\*\*Difficulty:\*\* (★☆☆ \(easy\)|★★☆ \(moderate\)|★★★ \(hard\)) · "
-    r"\*\*Time:\*\* about \d+ minutes$")
+    r"\*\*Time:\*\* about \d+ minutes( · \*\*On paper:\*\* no check, the answer is in the "
+    r"solutions)?$")
 TERM_ROLE = re.compile(r"\{term\}`([^`<]*?)\s*(?:<[^>`]*>)?`")
 
 
