@@ -17,11 +17,16 @@ import argparse
 import sys
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kernels.course.notebook import SETUP_TAG  # noqa: E402
+
 
 def emptied(cell) -> bool:
-    # The setup cell (tagged remove-cell) is stored without outputs on purpose: not emptied.
+    # The setup cell (SETUP_TAG) is stored without outputs on purpose: not emptied.
     return (cell.cell_type == "code" and cell.get("execution_count") is None and not cell.outputs
-            and "remove-cell" not in cell.metadata.get("tags", []))
+            and SETUP_TAG not in cell.metadata.get("tags", []))
 
 
 def fill(path: Path, timeout: int = 600) -> list[int]:

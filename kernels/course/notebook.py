@@ -83,12 +83,8 @@ def show_diff(old, new, context: int = 3):
     lines = list(diff)
     changed = sum(line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
                   for line in lines)
-    whole = after.read_text().splitlines()
-    code = "```cuda\n" + "\n".join(whole) + "\n```"
     return Markdown(f"`{names[1]}` against `{names[0]}` ({changed} lines changed)\n\n```diff\n"
-                    + "\n".join(lines) + "\n```\n\n"
-                    + f'<details class="listing"><summary>{names[1]} ({len(whole)} lines: '
-                    f"click to open)</summary>\n\n{code}\n\n</details>")
+                    + "\n".join(lines) + "\n```\n\n" + show_source(new, fold=True).data)
 
 
 def kernels_launched(fn, pattern: str = r"\w+") -> list[str]:

@@ -141,7 +141,7 @@ def serve(conn, spec: str, problem_id: int, device: str, precision: str, stderr:
             request = conn.recv()
         except EOFError:
             return
-        last = None  # received: the same tensors, if sent again, kept the same addresses
+        last = None  # the previous request's inputs: kept until now (see the end of the loop)
         op, inputs = request[0], list(request[1]) if len(request) > 1 else []
         try:
             if op == "stop":
@@ -217,10 +217,11 @@ class Program:
 
     def _calibrate(self, device):
         """An honest loss timed in the child as its program will be, before the program is
-        imported (it cannot change these times): the baseline of the timed-stream check. A child's
-        wall time per call exceeds its events' by more than this process's does (by about 0.16 ms
-        on an H200 with the course's honest entries), so this process's eager timing would make
-        every program there look as if it hid work on another stream."""
+        imported (it cannot change these times): the baseline of the timed-stream check, taken in
+        the program's own process and on inputs shared the same way, rather than this process's
+        eager timing. (The 0.16 ms per call that every honest entry first showed as hidden work
+        on an H200 was the GPU's switch between the two processes' contexts inside the wall
+        clock, which _switch_to_this_context removes; this baseline alone did not.)"""
         if device.type != "cuda":
             return None
         from .timing import Timing
