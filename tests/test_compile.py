@@ -32,7 +32,7 @@ import pytest
 
 from kernels import load
 from kernels.build import skeletons
-from kernels.build.build_cache import Sources
+from kernels.build.build_cache import Sources, build_root
 from kernels.build.toolchain import nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +144,25 @@ def test_a_repeated_load_reads_nothing_until_a_file_changes(build_dir, monkeypat
     assert load(path, archs=ARCHS) is edited and reads == [path]
     path.unlink()
     folder.rmdir()
+
+
+def test_bindings_read_the_pytorch_headers_precompiled(build_dir):
+    """kernels/build/pch.py's .gch is made with the options torch gives a binding's compile: g++
+    given a real build's own options (its build.ninja) and -Werror=invalid-pch accepts it. A
+    mismatch (another -std, -O or -fPIC) is an error there, and here 4-6 s more per build."""
+    import shlex
+    import subprocess
+
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    kernel = load(ROOT / "kernels" / "ch2_atomics" / "v1_atomic_per_element.cu", archs=ARCHS)
+    folder = build_root() / kernel.name
+    cflags = re.search(r"^cflags = (.*)$", (folder / "build.ninja").read_text(), re.M).group(1)
+    assert "binding_pch.h" in cflags, cflags
+    checked = subprocess.run([get_cxx_compiler(), *shlex.split(cflags), "-Werror=invalid-pch",
+                              "-fsyntax-only", "main.cpp"], cwd=folder, capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stderr[-3000:]
 
 
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import provenance, toolchain
+from . import pch, provenance, toolchain
 from .build_cache import COMMON_DIR, KERNELS_DIR, Sources, build_lock, build_root, source_path
 from .codegen import loss_list, registration
 
@@ -118,8 +118,9 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
                 cuda_sources=[sources.cuda_text],
                 extra_include_paths=[str(COMMON_DIR)],
                 # The binding only checks tensors and calls the launcher: optimising it saves
-                # nothing measurable per call but costs seconds of every build.
-                extra_cflags=["-O0"],
+                # nothing measurable per call but costs seconds of every build; its PyTorch
+                # headers come precompiled (kernels/build/pch.py).
+                extra_cflags=[*pch.OPT, *pch.cflags()],
                 extra_cuda_cflags=["-O3", "-lineinfo"],
                 build_directory=str(directory),
                 is_python_module=False,
