@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "bench").glob("*.py"))
+# bench/*.py, and the run.py of each experiment under bench/experiments/ (run the same way).
+SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for pattern in ("*.py", "experiments/*/run.py")
+                 for p in (ROOT / "bench").glob(pattern))
 
 
 def run_all(argv: list[str]) -> dict[str, subprocess.CompletedProcess]:

@@ -1,0 +1,116 @@
+// Chapter 5, step 4: 16-byte loads, several in flight per thread.
+//
+// Fixes (vs step 3): one 4-byte load per thread per step keeps too few bytes in flight to reach
+// the memory's bandwidth. Here each load brings 16 bytes (4 fp32 values, numerics.cuh's Vec), a
+// thread issues kStreamLoads of them before it uses any, and a row gets 512 threads. The running
+// (max, sum) is updated once per chunk of loads: the chunk's max first, one rescale, then the
+// chunk's exponentials (one expf per value instead of two). A row that starts off a 16-byte
+// boundary (C not a multiple of 4) reads a few scalars at each end.
+// Still slow: expf is about eight instructions per value (step 5). fp32, forward only.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "ce_finish.cuh"    // finish_losses: the fixed-order float64 sum of the rows' losses
+#include "ce_rows.cuh"      // row_max, row_sum3, read_target, write_row, row_grid
+
+// The logits in memory (T) and the arithmetic (A) are fp32 until step 11, which makes T a
+// template argument (common/numerics.cuh: to_acc, from_acc, Vec).
+using T = float;
+using A = float;
+
+constexpr int kStreamThreads = 512;  // block size of the streaming (long-row) kernel
+constexpr int kStreamLoads = 4;      // vectors in flight per thread in the streaming kernel
+
+// A block per row, online softmax (a running max and a sum rescaled whenever the max grows),
+// kStreamLoads vectors in flight per thread. When kVec does not divide
+// the row length, rows start off a 16-byte boundary: a few scalars before the first vector (head)
+// and after the last (tail) are read one by one, the rest as vectors. The logits' base address
+// is 16-byte aligned (the binding copies it otherwise).
+template <int kVec>
+__global__ void __launch_bounds__(kStreamThreads) row_streaming(CrossEntropyArgs a) {
+    let_next_kernel_start();
+    constexpr int kTPR = kStreamThreads;
+    __shared__ A smem[3 * (kTPR / 32)];
+    const int tid = threadIdx.x;
+    const int64_t C = a.classes;
+
+    for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+        const T* x_row = static_cast<const T*>(a.logits) + row * C;
+        const int64_t misaligned = (row * C) % kVec;
+        const int64_t head = misaligned == 0 ? 0 : (kVec - misaligned < C ? kVec - misaligned : C);
+        const int64_t nvec = (C - head) / kVec;
+        const int64_t tail = C - head - nvec * kVec;  // < kVec
+        const Vec<T, kVec>* v_row = reinterpret_cast<const Vec<T, kVec>*>(x_row + head);
+        const RowTarget r = read_target(a, row);
+        // The target's logit, fetched while the row is still on its way.
+        A xt = A(0);
+        if (tid == 0 && !r.ignored && !r.bad) xt = to_acc(x_row[r.t]);
+
+        A m = -A(INFINITY), s = A(0), sum_x = A(0);
+        if (tid < head + tail) {  // the scalars start the running (max, sum)
+            const int64_t j = tid < head ? tid : head + nvec * kVec + (tid - head);
+            const A x = to_acc(x_row[j]);
+            m = x;  // a NaN here is dropped by the max below but poisons s: the loss is NaN
+            s = x == -A(INFINITY) ? A(0) : A(1);
+        }
+        for (int64_t base = 0; base < nvec; base += kTPR * kStreamLoads) {
+            A x[kStreamLoads][kVec];
+            A chunk_max = -A(INFINITY);
+#pragma unroll
+            for (int l = 0; l < kStreamLoads; ++l) {
+                const int64_t v = base + l * kTPR + tid;
+                if (v < nvec) {
+                    const Vec<T, kVec> in = v_row[v];
+#pragma unroll
+                    for (int k = 0; k < kVec; ++k) {
+                        x[l][k] = to_acc(in.v[k]);
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < kVec; ++k) x[l][k] = -A(INFINITY);
+                }
+#pragma unroll
+                for (int k = 0; k < kVec; ++k) chunk_max = acc_max(chunk_max, x[l][k]);
+            }
+            const A m_new = acc_max(m, chunk_max);
+            s *= m == m_new ? A(1) : expf(m - m_new);  // exp(-inf - -inf) would be NaN
+            // While the max is still -inf, subtract 0 instead: -inf then adds exp(-inf) = 0,
+            // and NaN still poisons s, as it must.
+            const A shift = m_new == -A(INFINITY) ? A(0) : m_new;
+#pragma unroll
+            for (int l = 0; l < kStreamLoads; ++l)
+#pragma unroll
+                for (int k = 0; k < kVec; ++k) s += expf(x[l][k] - shift);
+            m = m_new;
+        }
+        const A row_m = row_max<kTPR>(m, smem);
+        s *= m == row_m ? A(1) : expf(m - row_m);
+        A unused = A(0);
+        row_sum3<kTPR>(s, sum_x, unused, false, smem);
+        const A lse = row_m + acc_log(s);
+        if (tid == 0) write_row<T>(a, row, r, lse, xt, sum_x);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers: the launch policy, then the op.
+
+// Every row streams through a block of 512 threads.
+static void launch_rows(const CrossEntropyArgs* a, cudaStream_t stream) {
+    constexpr int kVec = 16 / sizeof(T);
+    row_streaming<kVec><<<row_grid(a->rows), kStreamThreads, 0, stream>>>(*a);
+}
+
+static cudaError_t forward(const CrossEntropyArgs* a, cudaStream_t stream) {
+    if (a->grad || a->lse || a->label_smoothing != 0.0) return cudaErrorNotSupported;  // 8-10
+    if (!is_aligned16(a->logits))
+        return cudaErrorMisalignedAddress;  // the binding hands over 16-byte aligned tensors
+    launch_rows(a, stream);
+    return finish_losses<T, A>(a, stream);
+}
+
+extern "C" cudaError_t cross_entropy_launch(const CrossEntropyArgs* a, cudaStream_t s) {
+    if (a->logits_dtype != LOGITS_F32) return cudaErrorNotSupported;  // fp32 until step 11
+    return forward(a, s);
+}
