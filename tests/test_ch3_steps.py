@@ -144,3 +144,22 @@ def test_run_fails_a_wrong_step_and_a_step_that_should_refuse(monkeypatch, capsy
     assert re.search(r"^FAIL  v9    hinge \(3, 100\)", out, re.MULTILINE), out[-3000:]
     assert "FAIL  v4    mse refuses a broadcast target" in out
     assert "PASS  v8    hinge (3, 100)" in out
+
+
+def test_help_needs_no_gpu_and_without_one_it_says_so_in_one_line():
+    """tests/test_bench_scripts.py's rules, which look at bench/*.py only."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    script = "bench/experiments/ch3_steps/run.py"
+    helped = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: "), helped.stderr
+    done = subprocess.run([sys.executable, script], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines() == [f"{script} needs 1 CUDA GPU(s); this machine "
+                                                "has 0."], done.stdout
+    assert done.returncode == 2
