@@ -3,7 +3,7 @@
 // Fixes (vs version 5): one kernel per loss. The squared error written inside the kernel becomes
 // loss(p, t), a call of the functor Loss (kernels/common/losses.cuh), and the kernel a template
 // over it: MSE and Smooth L1 are one launcher line each, and any element-wise loss of that header
-// can follow. The functor is inlined: the machine code of MSE is that of version 5.
+// can follow. The functor is inlined: the PTX of MSE is version 5's, names aside.
 // Still slow: everything version 5 left (one block per 512 elements, 4-byte loads, n/512
 // atomics); a target must still have one value per prediction (Hinge's is a row: version 7).
 #include <cuda_runtime.h>
