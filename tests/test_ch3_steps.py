@@ -133,8 +133,11 @@ def test_run_passes_correct_stand_ins_and_prints_the_ladder(monkeypatch, capsys)
     assert "PASS  v15   hinge row target, a view [1:] (unaligned)" in out
     for step in ("v1", "v6", "v15"):
         assert re.search(rf"^{step} +\S", out, re.MULTILINE), step
-    assert out.count("PASS  last step within 3 %") == 3 * 2  # 3 losses, 2 sizes
-    assert "v15 / ch3 v6 = 1.010" in out
+    assert out.count("v15 / ch3 v6 = 1.010") == 3 * 2  # 3 losses, 2 sizes
+    assert "PASS  mse 2^10: v15 / ch3 v6 = 1.010" in out
+    assert re.search(r"^PASS  every check of every step \(0 of \d+ failed\)$", out, re.MULTILINE)
+    assert ("PASS  last step within 3 % of ch3_block_reduction/v6_vectorized_grid_stride.cu "
+            "(6 of 6 losses x sizes)") in out
 
 
 def test_run_fails_a_wrong_step_and_a_step_that_should_refuse(monkeypatch, capsys):
@@ -144,6 +147,7 @@ def test_run_fails_a_wrong_step_and_a_step_that_should_refuse(monkeypatch, capsy
     assert re.search(r"^FAIL  v9    hinge \(3, 100\)", out, re.MULTILINE), out[-3000:]
     assert "FAIL  v4    mse refuses a broadcast target" in out
     assert "PASS  v8    hinge (3, 100)" in out
+    assert "FAIL  every check of every step" in out
 
 
 def test_help_needs_no_gpu_and_without_one_it_says_so_in_one_line():
