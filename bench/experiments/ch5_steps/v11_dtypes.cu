@@ -4,7 +4,7 @@
 // takes the logits' type T as a template argument, loads 16 bytes (8 values) at a time and
 // accumulates in A = float (common/numerics.cuh: AccOf, to_acc, from_acc). fp64 logits, for
 // torch.autograd.gradcheck, take one simple path: the streaming kernel, one value per load, in
-// double. With expf (step 4), bf16 rows ran out of instruction issue before memory bandwidth;
+// double. With expf (step 5), bf16 rows ran out of instruction issue before memory bandwidth;
 // with exp_diff they read at close to it. This file does what kernels/ch5_cross_entropy/
 // v3_fused_rows.cu does, line for line in its kernels (bench/experiments/ch5_steps/README.md).
 // Still slow: few very long rows (7 x 131075) use only 7 blocks (chapter 7 splits a row over a

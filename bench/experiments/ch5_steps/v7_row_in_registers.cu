@@ -1,12 +1,13 @@
-// Chapter 5, step 7: as few threads per row as hold it.
+// Chapter 5, step 7: the row held in registers.
 //
-// Fixes (vs step 6): a block of 128 threads per row leaves most of them idle on short rows (a
-// row of 128 classes fills 32 threads of 128), and rows of other lengths stream. Here a row
-// gets the fewest threads that hold it at 32 values each: 1, 2, 4, 8, 16 or 32 threads up to
-// 1024 classes, several rows in a block of 256 (their reductions are a few shuffles, no
-// __syncthreads), and the block of 128 up to 4096. Rows whose length is not a multiple of 4 are
-// read one value at a time, 16 per thread: a thread per row up to 16 classes, a warp up to 512.
-// Every thread then has all its loads in flight.
+// Fixes (vs step 6): a streamed row rescales its running sum whenever the max grows, and reads
+// its chunks one after the other. A row that fits is now held in registers, every load issued
+// before any arithmetic: then the max, exp(x - max) once per value, the sum, no rescale; the
+// target's logit is picked from the registers of the thread that holds it. Rows of a multiple
+// of 4 classes take step 4's threads at 32 values each (1-32 threads up to 1024 classes, then
+// a block of 128 up to 4096); rows of other lengths up to 512 are read one value at a time, 16
+// per thread (a thread per row up to 16 classes, a warp up to 512). Only long rows still
+// stream, and they get a block of 512 threads each (fewer, longer rows: more loads per row).
 // Still slow: forward only (steps 8 and 9), fp32 only.
 #include <cuda_runtime.h>
 #include <math.h>
