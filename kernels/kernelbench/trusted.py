@@ -112,7 +112,7 @@ def _switch_to_this_context(flush) -> None:
     (which has just written the inputs) to this one happens before a timed call's wall clock
     starts, not inside it, where it looked like work hidden from the events (0.16 ms per call
     on an H200, which failed every honest program's timed-stream check). With it, the honest
-    programs' hidden time is the parent's eager one within 0.04 ms (bench/PERFLOG.md, session
+    programs' hidden time is the parent's eager one within 0.03 ms (bench/PERFLOG.md, session
     36), so the check compares with the eager timing, as in one process."""
     if flush is not None:
         flush[:1].zero_()
