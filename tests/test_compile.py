@@ -22,10 +22,8 @@ threads: ``load`` sets ``TORCH_CUDA_ARCH_LIST`` for the length of a build and re
 neither of which is safe to share between threads.
 """
 
-import multiprocessing
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ import pytest
 from kernels import load
 from kernels.build import skeletons
 from kernels.build.build_cache import Sources, build_root
+from kernels.build.loader import builds_in_processes
 from kernels.build.toolchain import nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,13 +83,6 @@ def _skip_reason(path):
     return None
 
 
-def _build(path):
-    """In a worker process: build one file into the session's folder (the worker inherited
-    KERNELS_BUILD_DIR). Returns what the test checks, or the build's error, which pickles."""
-    kernel = load(path, archs=ARCHS)
-    return sorted(kernel.ops), kernel.build_seconds, kernel.cached
-
-
 @pytest.fixture(scope="module")
 def builds(build_dir, request):
     """Every selected file's build, submitted at once to the pool: path -> future."""
@@ -98,10 +90,10 @@ def builds(build_dir, request):
              if getattr(item, "originalname", None) == "test_kernel_file_compiles"
              and item.path == request.path]
     paths = [path for path in paths if _skip_reason(path) is None]
-    # spawn: a forked child would share torch's threads and state with pytest's process.
-    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield {path: pool.submit(_build, path) for path in paths}
-        pool.shutdown(cancel_futures=True)  # a failed or interrupted run stops building
+    # The workers inherit KERNELS_BUILD_DIR: they build into the session's folder. A failed or
+    # interrupted run stops building.
+    with builds_in_processes(paths, ARCHS, WORKERS) as futures:
+        yield futures
 
 
 @pytest.mark.parametrize("path", kernel_files(), ids=lambda p: p.relative_to(ROOT).as_posix())

@@ -18,8 +18,11 @@ few ATen headers it uses (no ``torch/extension.h``, no pybind11), and ops are re
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -144,3 +147,26 @@ def load(source: str | os.PathLike, archs=None, verbose: bool = False) -> Kernel
     _LOADED[name] = kernel
     _FRESH[key] = (kernel, _mtimes(sources.files()))
     return kernel
+
+
+def _build_in_this_process(source, archs) -> tuple[list[str], float, bool]:
+    kernel = load(source, archs=archs)
+    return sorted(kernel.ops), kernel.build_seconds, kernel.cached
+
+
+@contextlib.contextmanager
+def builds_in_processes(sources, archs, workers: int):
+    """Build many kernel files at once, ``workers`` at a time, each in a spawned process (a build
+    keeps about one core busy; spawned, not forked: the caller may have started CUDA). Yields
+    ``{source: future}``, each future's result ``(sorted ops, build seconds, cached)`` or the
+    build's KernelBuildError; the caller then loads them from the cache. ``archs`` must be
+    given: the builders do not ask a GPU. Leaving the block, by an error too, cancels the builds
+    not yet begun.
+    """
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=spawn) as pool:
+        try:
+            yield {source: pool.submit(_build_in_this_process, source, archs)
+                   for source in sources}
+        finally:
+            pool.shutdown(cancel_futures=True)

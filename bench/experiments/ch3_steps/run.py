@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import multiprocessing
 import os
 import sys
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -98,23 +96,16 @@ def files() -> dict[str, str]:
     return found
 
 
-def build(path: str, archs) -> tuple[str, float, bool]:
-    from kernels import load
-
-    started = time.perf_counter()
-    kernel = load(path, archs=archs)
-    return kernel.source, time.perf_counter() - started, kernel.cached
-
-
 def build_all(archs, workers: int) -> None:
     """Every file built in parallel processes (a fresh machine has no cache: one after another,
     21 builds of 10-20 s each would take most of the run); the main process then loads them
-    from the cache. Spawned, not forked: the parent may have started CUDA already."""
-    paths = list(files().values())
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=spawn) as pool:
-        for source, seconds, cached in pool.map(build, paths, [archs] * len(paths)):
-            print(f"build {source}: {'cached' if cached else 'built'} in {seconds:.1f} s",
+    from the cache."""
+    from kernels.build.loader import builds_in_processes
+
+    with builds_in_processes(list(files().values()), archs, workers) as futures:
+        for path, future in futures.items():
+            _, seconds, cached = future.result()
+            print(f"build {path}: {'cached' if cached else 'built'} in {seconds:.1f} s",
                   flush=True)
 
 

@@ -22,7 +22,6 @@ steps stop on it with a device-side assertion, which would end the process's CUD
 """
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,19 +71,22 @@ def parse_args():
 
 
 def build_all():
-    """Every file built once in a process of its own, all at once (a build is one nvcc run on
-    one core), then loaded here from the build cache."""
-    from kernels import load
+    """Every file built at once, each in a process of its own (a build is one nvcc run on one
+    core), then loaded here from the build cache."""
+    from kernels import KernelBuildError, load
+    from kernels.build.loader import builds_in_processes
+    from kernels.build.toolchain import target_archs
 
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import kernels; kernels.load(sys.argv[2])"
+    archs = target_archs()  # the GPU's, asked here: the builders do not touch CUDA
     started = time.perf_counter()
-    procs = {path: subprocess.Popen([sys.executable, "-c", code, str(ROOT), path], cwd=ROOT)
-             for _, path, _, _ in STEPS}
-    for path, proc in procs.items():
-        if proc.wait() != 0:
-            print(f"FAIL  build {path} (the compiler's messages are above)")
-            raise SystemExit(1)
-    built = {label: load(path) for label, path, _, _ in STEPS}
+    with builds_in_processes([path for _, path, _, _ in STEPS], archs, len(STEPS)) as futures:
+        for path, future in futures.items():
+            try:
+                future.result()
+            except KernelBuildError as error:
+                print(f"FAIL  build {path}\n{error}")
+                raise SystemExit(1) from None
+    built = {label: load(path, archs=archs) for label, path, _, _ in STEPS}
     print(f"built {len(built)} files in {time.perf_counter() - started:.0f} s")
     return built
 
